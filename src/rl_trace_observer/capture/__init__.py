@@ -1,0 +1,31 @@
+"""In-process capture: tiny, dependency-free (stdlib + orjson), safe under threads, asyncio and fork.
+
+``get_recorder()`` returns this process's recorder, or ``None`` when ``RL_TRACE_OUTPUT_DIR`` is not
+set; integrations call it per event so a forked child transparently gets its own files.
+"""
+
+from .clock import SYSTEM_CLOCK, Clock, ShiftedClock, SystemClock, snapshot
+from .recorder import (
+    EVENT_LOG_NAME,
+    PROCESS_RECORD_NAME,
+    PROCESS_RECORD_SCHEMA,
+    Recorder,
+    configure,
+    get_recorder,
+    reset,
+)
+
+__all__ = [
+    "EVENT_LOG_NAME",
+    "PROCESS_RECORD_NAME",
+    "PROCESS_RECORD_SCHEMA",
+    "SYSTEM_CLOCK",
+    "Clock",
+    "Recorder",
+    "ShiftedClock",
+    "SystemClock",
+    "configure",
+    "get_recorder",
+    "reset",
+    "snapshot",
+]

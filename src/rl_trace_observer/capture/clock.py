@@ -1,0 +1,70 @@
+"""Clocks as an injectable object, so tests can give a process a shifted or drifting clock.
+
+Every timestamp in the capture layer is an integer nanosecond count that names its clock:
+``wall_ns`` (``time.time_ns``, the merged timeline's clock), ``mono_ns`` (``time.monotonic_ns``,
+VizTracer's clock) and ``perf_ns`` (``time.perf_counter_ns``). A snapshot reads all three together
+so the merger can later see wall-clock jumps (NTP steps) between two snapshots.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Clock(Protocol):
+    def wall_ns(self) -> int: ...
+
+    def mono_ns(self) -> int: ...
+
+    def perf_ns(self) -> int: ...
+
+
+class SystemClock:
+    """The real clocks of this host."""
+
+    wall_ns = staticmethod(time.time_ns)
+    mono_ns = staticmethod(time.monotonic_ns)
+    perf_ns = staticmethod(time.perf_counter_ns)
+
+
+@dataclass
+class ShiftedClock:
+    """A wall clock that is ``offset_ns`` ahead of the real one and drifts by ``drift_ppm``.
+
+    Drift accumulates from the moment the clock is created, as a slow or fast oscillator would.
+    Monotonic and perf counters are left untouched: only the wall clock is ever wrong across hosts.
+    """
+
+    offset_ns: int = 0
+    drift_ppm: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._origin_mono = time.monotonic_ns()
+
+    def wall_ns(self) -> int:
+        elapsed = time.monotonic_ns() - self._origin_mono
+        return time.time_ns() + self.offset_ns + int(elapsed * self.drift_ppm * 1e-6)
+
+    mono_ns = staticmethod(time.monotonic_ns)
+    perf_ns = staticmethod(time.perf_counter_ns)
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+def snapshot(clock: Clock, reason: str, **extra: Any) -> dict[str, Any]:
+    """Read the three clocks back to back; ``read_ns`` is how long the reading itself took."""
+    p0 = clock.perf_ns()
+    mono = clock.mono_ns()
+    wall = clock.wall_ns()
+    p1 = clock.perf_ns()
+    return {
+        "reason": reason,
+        "wall_ns": wall,
+        "mono_ns": mono,
+        "perf_ns": p0,
+        "read_ns": p1 - p0,
+        **extra,
+    }

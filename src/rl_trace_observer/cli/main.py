@@ -1,0 +1,50 @@
+"""``rl-trace`` entry point. Each subcommand lives in its own module and registers itself here.
+
+Exit codes: 0 success, 1 runtime failure (one stderr line naming the file and the fix),
+2 usage error (typer/click's own convention).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="rl-trace",
+    help="RL Trace Observer: one correct Perfetto timeline for a distributed RL training run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """RL Trace Observer: one correct Perfetto timeline for a distributed RL training run."""
+
+
+# Subcommand modules, imported lazily by name so `rl-trace --help` stays fast and a broken
+# optional command cannot take the others down.
+COMMAND_MODULES = ("config_cmd",)
+
+
+def _load_commands() -> None:
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"{__package__}.{name}")
+        module.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_commands()
+    try:
+        app(args=argv, prog_name="rl-trace", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

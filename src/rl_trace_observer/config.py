@@ -1,0 +1,184 @@
+"""Every ``RL_TRACE_*`` environment variable, read and validated in one place.
+
+Training processes read this once per process (and again after ``fork``); invalid values never
+raise inside training: they become a warning string in ``Config.problems`` and a safe default.
+The README's configuration table is generated from ``SETTINGS`` (``rl-trace config --markdown``)
+and a test keeps the two in sync.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One documented variable: its name, its default as text, and what it controls."""
+
+    name: str
+    default: str
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "RL_TRACE_OUTPUT_DIR",
+        "(unset: capture off)",
+        "Absolute directory where each process writes its event log and process record. "
+        "Relative, missing-and-uncreatable or unwritable paths turn capture off with one warning.",
+    ),
+    Setting(
+        "RL_TRACE_RUN_ID",
+        "Ray job id, else `local`",
+        "Run identifier stored in every process record; the merger groups artifacts by it.",
+    ),
+    Setting(
+        "RL_TRACE_ROLE",
+        "(derived)",
+        "Role label for this process (e.g. `trainer`, `actor`, `rollout`); integrations set it "
+        "when they know better.",
+    ),
+    Setting(
+        "RL_TRACE_FORWARD_TO_RL_INSIGHT",
+        "0",
+        "`1`: also forward every RL-Insight event to RL-Insight's original Ray client "
+        "(Grafana/Tempo keep working). Needs a real `RL_INSIGHT_SERVER_URL`.",
+    ),
+    Setting(
+        "RL_TRACE_VIZTRACER",
+        "0",
+        "`1`: wrap VERL's `DistProfiler.start/stop` to record actor call stacks with VizTracer. "
+        "Unset: nothing is patched.",
+    ),
+    Setting(
+        "RL_TRACE_VIZTRACER_MIN_DURATION_US",
+        "100",
+        "VizTracer `min_duration` filter in microseconds (non-negative number).",
+    ),
+    Setting(
+        "RL_TRACE_VIZTRACER_ROLES",
+        "(all roles)",
+        "Comma list of `DistProfiler` roles that get VizTracer, e.g. `e2e` or `actor,ref`.",
+    ),
+    Setting(
+        "RL_TRACE_RECORD_INTERVAL_S",
+        "1.0",
+        "At most this often the process record is rewritten to refresh event counts "
+        "(it is always rewritten on identity, artifact and clock changes and at exit).",
+    ),
+    Setting(
+        "RL_TRACE_COLLECT_TO",
+        "(unset)",
+        "Directory or fsspec URL: collect every node's artifacts there when training finishes.",
+    ),
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated settings for one process. ``problems`` holds one line per rejected value."""
+
+    output_dir: Path | None = None
+    run_id: str | None = None
+    role: str | None = None
+    forward_to_rl_insight: bool = False
+    viztracer: bool = False
+    viztracer_min_duration_us: float = 100.0
+    viztracer_roles: tuple[str, ...] = ()
+    record_interval_s: float = 1.0
+    collect_to: str | None = None
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def capture_enabled(self) -> bool:
+        return self.output_dir is not None
+
+
+def _flag(env: Mapping[str, str], name: str, problems: list[str]) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw not in _FALSE:
+        problems.append(f"{name}={env[name]!r} is not a boolean (use 1 or 0); treating it as 0")
+    return False
+
+
+def _number(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        problems.append(f"{name}={raw!r} must be a non-negative number; using {default:g}")
+        return default
+    return value
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name, "").strip()
+    return raw or None
+
+
+def _output_dir(env: Mapping[str, str], problems: list[str]) -> Path | None:
+    raw = env.get("RL_TRACE_OUTPUT_DIR", "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        problems.append(
+            f"RL_TRACE_OUTPUT_DIR={raw!r} is not an absolute path (Ray workers start in other "
+            "directories); capture is off in this process"
+        )
+        return None
+    return path
+
+
+def load(env: Mapping[str, str] | None = None) -> Config:
+    """Read every ``RL_TRACE_*`` variable from ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    roles = tuple(r.strip() for r in env.get("RL_TRACE_VIZTRACER_ROLES", "").split(",") if r.strip())
+    known = {s.name for s in SETTINGS}
+    problems.extend(
+        f"{name} is not a known setting (typo?); known: {', '.join(sorted(known))}"
+        for name in sorted(env)
+        if name.startswith("RL_TRACE_") and name not in known
+    )
+    return Config(
+        output_dir=_output_dir(env, problems),
+        run_id=_text(env, "RL_TRACE_RUN_ID"),
+        role=_text(env, "RL_TRACE_ROLE"),
+        forward_to_rl_insight=_flag(env, "RL_TRACE_FORWARD_TO_RL_INSIGHT", problems),
+        viztracer=_flag(env, "RL_TRACE_VIZTRACER", problems),
+        viztracer_min_duration_us=_number(env, "RL_TRACE_VIZTRACER_MIN_DURATION_US", 100.0, problems),
+        viztracer_roles=roles,
+        record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
+        collect_to=_text(env, "RL_TRACE_COLLECT_TO"),
+        problems=tuple(problems),
+    )
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated so it cannot drift from the code."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{s.name}` | {s.default} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)
+
+
+def as_dict(config: Config) -> dict[str, Any]:
+    """JSON-ready view for process records and ``rl-trace config``."""
+    out: dict[str, Any] = {}
+    for key, value in config.__dict__.items():
+        conv: Callable[[Any], Any] = str if isinstance(value, Path) else (lambda v: v)
+        out[key] = list(value) if isinstance(value, tuple) else conv(value)
+    return out
