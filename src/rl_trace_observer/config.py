@@ -28,8 +28,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RL_TRACE_OUTPUT_DIR",
         "(unset: capture off)",
-        "Absolute directory where each process writes its event log and process record. "
-        "Relative, missing-and-uncreatable or unwritable paths turn capture off with one warning.",
+        "Absolute directory where each process writes its event log and process record (created if "
+        "missing). A relative path turns capture off; an uncreatable, read-only or full one drops "
+        "and counts events. Either way: one warning per process, training untouched.",
     ),
     Setting(
         "RL_TRACE_RUN_ID",

@@ -1,0 +1,61 @@
+"""Shared test helpers. Fresh interpreters (``run_python``) give RL-Insight and VERL clean global state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token auth by default
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without any RL_TRACE_*/RL_INSIGHT_*/VERL_* leaking between tests."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RL_TRACE_", "RL_INSIGHT_", "VERL_")) and k != "PYTHONPATH"
+    }
+    env["RAY_AUTH_MODE"] = "disabled"
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; fail the test with its output when it exits non-zero."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "trace-out"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def fresh_recorder() -> Iterator[None]:
+    """Reset the process recorder before and after a test that configures one."""
+    from rl_trace_observer.capture import reset
+
+    reset()
+    yield
+    reset()
