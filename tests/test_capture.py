@@ -80,6 +80,8 @@ def test_process_record_is_complete_and_atomic(out_dir: Path) -> None:
         {"path": "prof/trace.json.gz", "kind": "torch", "step": 2, "role": "actor", "rank": 0}
     ]
     assert record["events"] == {"written": 2, "dropped": 0}  # lane metadata + span
+    assert record["clock_at_update"]["reason"] == "update"
+    assert record["clock_at_update"]["wall_ns"] >= record["clock_snapshots"][-1]["wall_ns"]
     reasons = [s["reason"] for s in record["clock_snapshots"]]
     assert reasons == ["start", "artifact"]
     snap = record["clock_snapshots"][0]

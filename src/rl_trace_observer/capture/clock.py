@@ -42,10 +42,22 @@ class ShiftedClock:
 
     def __post_init__(self) -> None:
         self._origin_mono = time.monotonic_ns()
+        self.origin_wall_ns = time.time_ns()  # the real wall clock when drift started accumulating
 
     def wall_ns(self) -> int:
         elapsed = time.monotonic_ns() - self._origin_mono
         return time.time_ns() + self.offset_ns + int(elapsed * self.drift_ppm * 1e-6)
+
+    def offset_at(self, real_wall_ns: int) -> int:
+        """The true offset (this clock − the real wall clock) when the real clock reads ``real_wall_ns``.
+
+        Tests compare measured offsets against this; it is exact up to the real clock's own slewing.
+        """
+        return self.offset_ns + int((real_wall_ns - self.origin_wall_ns) * self.drift_ppm * 1e-6)
+
+    def jump(self, delta_ns: int) -> None:
+        """Step the wall clock by ``delta_ns`` now (an NTP step, an operator, a VM resume)."""
+        self.offset_ns += delta_ns
 
     mono_ns = staticmethod(time.monotonic_ns)
     perf_ns = staticmethod(time.perf_counter_ns)

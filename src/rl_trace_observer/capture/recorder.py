@@ -280,7 +280,10 @@ class Recorder:
             with self._lock:
                 self._refresh_identity()
                 self._record["events"] = {"written": self.events.written, "dropped": self.events.dropped}
-                self._record["updated_wall_ns"] = self.clock.wall_ns()
+                # A fresh snapshot on every rewrite: the last one tells the merger how the clocks
+                # related when the process was last seen alive.
+                self._record["clock_at_update"] = snapshot(self.clock, "update")
+                self._record["updated_wall_ns"] = self._record["clock_at_update"]["wall_ns"]
                 data = dumps_pretty(self._record)
                 self._next_record_mono = time.monotonic_ns() + int(self.config.record_interval_s * 1e9)
                 self.output_dir.mkdir(parents=True, exist_ok=True)
