@@ -67,7 +67,12 @@ SYSTEM_CLOCK: Clock = SystemClock()
 
 
 def snapshot(clock: Clock, reason: str, **extra: Any) -> dict[str, Any]:
-    """Read the three clocks back to back; ``read_ns`` is how long the reading itself took."""
+    """Read the three clocks back to back; ``read_ns`` is how long the reading itself took.
+
+    Keys in ``extra`` win over the fresh readings: ``Recorder.clock_snapshot(**earlier)`` stores a
+    snapshot read earlier, e.g. on the training thread, from a thread that can afford the record
+    write (``integrations.ray.clock_sync.on_step_boundary``).
+    """
     p0 = clock.perf_ns()
     mono = clock.mono_ns()
     wall = clock.wall_ns()

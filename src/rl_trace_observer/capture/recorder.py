@@ -229,16 +229,24 @@ class Recorder:
     def clock_snapshot(self, reason: str, **extra: Any) -> dict[str, Any]:
         snap = snapshot(self.clock, reason, **extra)
         with self._lock:
-            snaps = self._record["clock_snapshots"]
-            snaps.append(snap)
-            if len(snaps) > MAX_CLOCK_SNAPSHOTS:
-                del snaps[1 : len(snaps) - MAX_CLOCK_SNAPSHOTS + 1]  # keep "start" and the newest
+            self._append_snapshot(snap)
         self.write_record()
         return snap
 
-    def add_clock_offset(self, measurement: dict[str, Any]) -> None:
-        """Store one measured offset against the reference clock (see integrations.ray)."""
+    def _append_snapshot(self, snap: dict[str, Any]) -> None:
+        snaps = self._record["clock_snapshots"]
+        snaps.append(snap)
+        if len(snaps) > MAX_CLOCK_SNAPSHOTS:
+            del snaps[1 : len(snaps) - MAX_CLOCK_SNAPSHOTS + 1]  # keep "start" and the newest
+
+    def add_clock_offset(self, measurement: dict[str, Any], *, snapshot_reason: str | None = None) -> None:
+        """Store one measured offset against the reference clock (see integrations.ray.clock_sync).
+
+        ``snapshot_reason`` also appends a clock snapshot, in the same single record rewrite.
+        """
         with self._lock:
+            if snapshot_reason is not None:
+                self._append_snapshot(snapshot(self.clock, snapshot_reason, step=measurement.get("step")))
             self._record["clock_offsets"].append(measurement)
         self.write_record()
 
