@@ -60,7 +60,11 @@ class Recorder:
         self._next_record_mono = 0
         log_name = EVENT_LOG_NAME.format(host=self.host, pid=self.pid)
         self.record_path = self.output_dir / PROCESS_RECORD_NAME.format(host=self.host, pid=self.pid)
-        self.events = EventLog(self.output_dir / log_name, lambda msg: self.warn_once("event_log", msg))
+        self.events = EventLog(
+            self.output_dir / log_name,
+            lambda msg: self.warn_once("event_log", msg),
+            on_tick=self._refresh_record_if_due,
+        )
         self._record: dict[str, Any] = {
             "schema": PROCESS_RECORD_SCHEMA,
             "hostname": self.host,
@@ -200,6 +204,9 @@ class Recorder:
             event.pop("labels", None)
             line = dumps_line(event)
         self.events.write_line(line)
+
+    def _refresh_record_if_due(self) -> None:
+        """Called by the event log's flusher thread: event counts reach the record off the hot path."""
         if time.monotonic_ns() > self._next_record_mono:
             self.write_record()
 
