@@ -1,0 +1,190 @@
+"""Merge benchmark: events/s, MB/s and peak RSS per output format, next to a stdlib baseline.
+
+    python benchmarks/merge_bench.py [--run DIR | --events 10_000_000] [--formats json.gz,json,pftrace]
+                                     [--workers 2] [--baseline-events 1_000_000] [--keep]
+
+Generates a realistic run with ``benchmarks/gen_run.py`` (8 actor ranks; Kineto + VizTracer +
+TokenSpeed VizTracer/Proton + RL-Insight) unless ``--run`` names one, then measures, each in a fresh
+process so peak RSS is its own:
+
+- every output format through ``rl_trace_observer.merge.pipeline.merge`` (``--workers`` processes);
+- the baseline: stdlib ``json.load`` of every file into memory, the same pid/tid/ts rewrite in
+  Python, one ``json.dump``. It holds the whole run in memory (~1 KB per event), so by default it runs
+  on whole files up to ``--baseline-events`` and is compared as events/s (``0`` = the whole run).
+
+Targets (issue 3, 2 cores): ``.json.gz`` >= 1.0M events/s end to end and >= 10x the baseline; peak RSS
+<= 1 GB for the 10M-event run. Figures depend on the machine's load: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+MERGE_CHILD = """
+import json, resource, sys, time
+from rl_trace_observer.merge.pipeline import MergeOptions, merge
+run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0 = time.perf_counter(); c0 = time.process_time()
+res = merge([run], out, MergeOptions(workers=workers))
+wall = time.perf_counter() - t0
+self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest["counts"],
+                  "size": res.manifest["output"]["size"], "parent_rss_kb": self_kb,
+                  "worker_rss_kb": kids.ru_maxrss,
+                  "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
+                  "problems": len(res.manifest["problems"])}))
+"""
+
+BASELINE_CHILD = """
+import gzip, json, os, resource, sys, time
+files, out = json.loads(sys.argv[1]), sys.argv[2]
+t0 = time.perf_counter()
+merged, n, pids = [], 0, {}
+for path in files:
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\\x1f\\x8b":
+        raw = gzip.decompress(raw)
+    if path.endswith(".jsonl"):
+        events = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        base = 0
+    else:
+        doc = json.loads(raw)
+        events = doc.get("traceEvents", [])
+        viz = doc.get("viztracer_metadata") or {}
+        base = doc.get("baseTimeNanoseconds") or viz.get("baseTimeNanoseconds") or 0
+    for e in events:
+        if e.get("ph") == "M":
+            continue
+        key = (path, e.get("pid"))
+        e["pid"] = pids.setdefault(key, len(pids) + 1)
+        ts = e.get("ts_ns")
+        e["ts"] = (ts / 1000) if ts is not None else (base / 1000 + e.get("ts", 0))
+        e.pop("ts_ns", None)
+        e.pop("dur_ns", None)
+        merged.append(e)
+        n += 1
+with open(out, "w") as f:
+    json.dump({"traceEvents": merged}, f)
+print(json.dumps({"wall_s": time.perf_counter() - t0, "events": n,
+                  "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def _child(code: str, *args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _input_bytes(run: Path) -> tuple[int, int]:
+    """(bytes on disk, trace files) of everything the merger reads."""
+    files = [p for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def _baseline_files(run: Path, limit: int, counts: dict[str, Any]) -> list[str]:
+    files = sorted(
+        str(p)
+        for p in run.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and "rl-trace-process" not in p.name
+    )
+    if limit <= 0:
+        return files
+    per_byte = counts["events_read"] / max(1, sum(Path(f).stat().st_size for f in files))
+    chosen, budget = [], limit
+    for f in files[:: max(1, len(files) // 40)] + files:  # a spread of kinds first, then the rest
+        if f in chosen:
+            continue
+        chosen.append(f)
+        budget -= int(Path(f).stat().st_size * per_byte)
+        if budget <= 0:
+            break
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, help="an existing run directory (else one is generated)")
+    ap.add_argument("--events", type=lambda s: int(s.replace("_", "")), default=10_000_000)
+    ap.add_argument("--formats", default="json.gz,json,pftrace")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--baseline-events", type=lambda s: int(s.replace("_", "")), default=1_000_000)
+    ap.add_argument("--keep", action="store_true", help="keep the generated run and outputs")
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="merge-bench-"))
+    try:
+        run = args.run
+        if run is None:
+            run = tmp / "run"
+            t0 = time.perf_counter()
+            subprocess.run(
+                [sys.executable, str(HERE / "gen_run.py"), str(run), "--events", str(args.events)], check=True
+            )
+            print(f"generated {args.events:,} events in {time.perf_counter() - t0:.1f} s")
+        disk, nfiles = _input_bytes(run)
+        print(
+            f"input: {run} ({nfiles} files, {disk / 1e6:.1f} MB on disk); {os.cpu_count()} CPUs; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        rows = []
+        for fmt in args.formats.split(","):
+            out = tmp / f"merged.{fmt}"
+            r = _child(MERGE_CHILD, str(run), str(out), str(args.workers))
+            ev = r["counts"]["events_read"]
+            rows.append((fmt, r, ev))
+            out.unlink(missing_ok=True)
+        ev_total = rows[0][2]
+        files = _baseline_files(run, args.baseline_events, rows[0][1]["counts"])
+        base = _child(BASELINE_CHILD, json.dumps(files), str(tmp / "baseline.json"))
+        base_rate = base["events"] / base["wall_s"]
+        print()
+        print(
+            f"{'output':10s} {'events':>11s} {'wall s':>8s} {'M ev/s':>8s} {'MB/s in':>8s} {'cpu s':>7s} "
+            f"{'RSS parent':>10s} {'RSS worker':>10s} {'out MB':>8s} {'x base':>7s}"
+        )
+        for fmt, r, ev in rows:
+            rate = ev / r["wall_s"]
+            print(
+                f"{fmt:10s} {ev:11,d} {r['wall_s']:8.2f} {rate / 1e6:8.3f} {disk / r['wall_s'] / 1e6:8.1f} "
+                f"{r['cpu_s']:7.1f} {r['parent_rss_kb'] / 1024:8.0f}MB {r['worker_rss_kb'] / 1024:8.0f}MB "
+                f"{(r['size'] or 0) / 1e6:8.1f} {rate / base_rate:7.1f}"
+            )
+        print(
+            f"{'baseline':10s} {base['events']:11,d} {base['wall_s']:8.2f} {base_rate / 1e6:8.3f} {'':>8s} "
+            f"{'':>7s} {base['rss_kb'] / 1024:8.0f}MB {'':>10s} {'':>8s} {1.0:7.1f}"
+        )
+        print(
+            f"  baseline: stdlib json.load + rewrite + one json.dump of {len(files)} whole files "
+            f"({base['events']:,} of {ev_total:,} events; --baseline-events 0 for all)"
+        )
+        sizes = {fmt: r["size"] for fmt, r, _ in rows}
+        if "pftrace" in sizes and "json.gz" in sizes and sizes["json.gz"]:
+            print(f"  .pftrace is {sizes['pftrace'] / sizes['json.gz']:.2f}x the size of .json.gz")
+        print(
+            "  RSS: parent = the merging process; worker = the largest worker process "
+            "(each holds one file's events)"
+        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

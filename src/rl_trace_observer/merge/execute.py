@@ -1,0 +1,226 @@
+"""Running the planned jobs on worker processes and streaming their bytes into the output.
+
+Why processes, and why this shape: parsing is CPU-bound Python, so the GIL rules out threads;
+each job parses, rewrites and serialises (and, for ``.json.gz``, deflates) its file inside the
+worker, so the parent only concatenates bytes. Results are consumed in job order with a bounded
+window, sized by an estimate of each file's decompressed bytes, so memory never grows with the
+number or total size of the inputs — at most a couple of files' events are alive at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import posixpath
+import struct
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .identity import ProcessDecl, ThreadDecl, process_title
+from .planning import Plan, PlannedArtifact
+from .sources import GZIP_MAGIC, Source
+from .worker import Job, JobResult, Outcome, Task, run_job
+from .writers.chrome_json import ChromeJsonWriter, metadata_events
+
+if TYPE_CHECKING:
+    from .clocks import ClockChoice
+    from .pipeline import MergeOptions
+
+INLINE_BYTES = 24 << 20  # below this much input, worker start-up costs more than it saves
+INFLIGHT_BYTES = 256 << 20  # estimated decompressed input being parsed at once (all workers)
+TRACE_SCHEMA = "rl-trace-merge/1"
+
+
+class Rebase(Exception):
+    """An event lies before the planned base: the merge must be redone from a lower base."""
+
+    def __init__(self, min_ns: int) -> None:
+        super().__init__(min_ns)
+        self.min_ns = min_ns
+
+
+@dataclass
+class RunState:
+    base_ns: int
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    processes: dict[int, ProcessDecl] = field(default_factory=dict)
+    threads: dict[tuple[int, int], ThreadDecl] = field(default_factory=dict)
+    titles: dict[int, str] = field(default_factory=dict)
+    output_size: int = 0
+    written: bool = False
+    writer_stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _estimate(src: Source) -> int:
+    """Decompressed size: a gzip file's trailer holds it (mod 4 GiB); else the stored size."""
+    try:
+        with src.open() as f:
+            if f.read(2) != GZIP_MAGIC or src.size < 18:
+                return src.size
+            f.seek(src.size - 4)
+            isize = int(struct.unpack("<I", f.read(4))[0])
+            return max(isize, src.size)
+    except Exception:
+        return src.size * 8
+
+
+def build_jobs(
+    plan: Plan, clock: ClockChoice, fmt: str, base: int, windows: Any, opts: MergeOptions
+) -> list[Job]:
+    index = {id(a): i for i, a in enumerate(plan.artifacts)}
+    planned = {k: p.merged_pid for k, p in plan.processes.items()}
+    titles = {p.merged_pid: p.label for p in plan.processes.values()}
+    groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
+    singles: list[list[PlannedArtifact]] = []
+    for art in plan.selected():
+        if art.info.kind in ("proton", "viztracer") and art.hints.group:
+            groups.setdefault((posixpath.dirname(art.source.path), art.hints.group), []).append(art)
+        else:
+            singles.append([art])
+    units = singles + [
+        sorted(g, key=lambda a: (a.info.kind != "proton", a.source.path)) for g in groups.values()
+    ]
+    jobs = []
+    for n, unit in enumerate(units):
+        tasks = [_task(index[id(a)], a, plan, clock) for a in unit]
+        weight = sum(_estimate(a.source) for a in unit)
+        jobs.append(
+            Job(
+                tasks=tasks,
+                base_ns=base,
+                out_format=fmt,
+                planned=planned,
+                titles=titles if fmt == "pftrace" else {},
+                windows=windows,
+                min_dur_ns=int(opts.min_duration_us * 1000),
+                scope_namespace=len(plan.artifacts) + n + 1,
+                weight=weight,
+            )
+        )
+    jobs.sort(key=lambda j: (-j.weight, j.tasks[0].source.path))
+    for seq, job in enumerate(jobs, start=1):
+        job.sequence_id = seq
+    return jobs
+
+
+def _task(i: int, art: PlannedArtifact, plan: Plan, clock: ClockChoice) -> Task:
+    owner = plan.processes[art.info.owner] if art.info.owner else None
+    assert owner is not None, f"{art.info.path}: planned without an owner"
+    return Task(
+        index=i,
+        source=art.source,
+        kind=art.info.kind,
+        host=owner.key.host,
+        owner_key=owner.key,
+        owner_merged=owner.merged_pid,
+        anchor_ns=art.info.anchor_ns,
+        namespace=i + 1,
+        correction=clock.correction_for(owner.key),
+    )
+
+
+def _results(jobs: list[Job], workers: int, auto: bool, progress: Any) -> Iterator[JobResult]:
+    total = sum(j.weight for j in jobs) or 1
+    done = 0
+    if workers <= 0 or len(jobs) <= 1 or (auto and total < INLINE_BYTES):
+        for job in jobs:
+            res = run_job(job)
+            done += job.weight
+            if progress:
+                progress(done, total)
+            yield res
+        return
+    methods = multiprocessing.get_all_start_methods()
+    mp = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with mp.Pool(workers) as pool:
+        pending: deque[tuple[Job, Any]] = deque()
+        queue = deque(jobs)
+        inflight = 0
+        while queue or pending:
+            while (
+                queue
+                and len(pending) < workers + 1
+                and (not pending or inflight + queue[0].weight <= INFLIGHT_BYTES)
+            ):
+                job = queue.popleft()
+                pending.append((job, pool.apply_async(run_job, (job,))))
+                inflight += job.weight
+            job, fut = pending.popleft()
+            res = fut.get()
+            inflight -= job.weight
+            done += job.weight
+            if progress:
+                progress(done, total)
+            yield res
+
+
+def run_all(
+    plan: Plan, clock: ClockChoice, fmt: str, out: Path, base: int, windows: Any, opts: MergeOptions
+) -> RunState:
+    from .pipeline import default_workers
+
+    jobs = build_jobs(plan, clock, fmt, base, windows, opts)
+    workers = default_workers() if opts.workers is None else opts.workers
+    state = RunState(base, titles={p.merged_pid: p.label for p in plan.processes.values()})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            writer = _writer(f, fmt, base, clock)
+            for res in _results(jobs, workers, opts.workers is None, opts.progress):
+                lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
+                if lows and min(lows) < base:
+                    raise Rebase(min(lows))
+                _collect(state, res)
+                if writer is not None:
+                    writer.add(res.pieces)
+                else:
+                    for piece in res.pieces:
+                        f.write(piece)
+                    _add_stats(state.writer_stats, res.writer_stats)
+            if writer is not None:
+                writer.close(_metadata(state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    state.output_size, state.written = out.stat().st_size, True
+    return state
+
+
+def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | None:
+    if fmt == "pftrace":
+        return None
+    header = {"schema": TRACE_SCHEMA, "base_ns": base, "clock": clock.section.get("mode", "wall")}
+    return ChromeJsonWriter(f, gzip=fmt == "json.gz", header=header)
+
+
+def _collect(state: RunState, res: JobResult) -> None:
+    for o in res.outcomes:
+        state.outcomes[o.index] = o
+    for pid, decl in res.processes.items():
+        state.processes.setdefault(pid, decl)
+    for key, th in res.threads.items():
+        state.threads.setdefault(key, th)
+
+
+def _add_stats(total: dict[str, Any], part: dict[str, Any]) -> None:
+    for key, value in part.items():
+        if isinstance(value, dict):
+            _add_stats(total.setdefault(key, {}), value)
+        else:
+            total[key] = total.get(key, 0) + value
+
+
+def _metadata(state: RunState) -> list[dict[str, Any]]:
+    procs = [(pid, process_title(d, state.titles), pid) for pid, d in sorted(state.processes.items())]
+    threads = [(t.merged_pid, t.merged_tid, t.name, t.sort_index) for _, t in sorted(state.threads.items())]
+    return metadata_events(procs, threads)

@@ -1,0 +1,94 @@
+"""Merged pids and tids: every number fits Perfetto's uint32 space and means one thing.
+
+- A planned OS process (known before reading, from process records and file heads) gets
+  ``(index + 1) << 8``, with ``index`` its place in the natural order (trainer, actor ranks,
+  rollout replicas, ...): the merged pid doubles as the sort index.
+- Its sub-processes (Kineto GPU devices, Proton's pid 0, Kineto's "Spans") take the low 8 bits, so
+  they sort right after their owner and two artifacts of one process agree on them without talking.
+- An OS process first met inside a file (a VizTracer child, say) gets a hash in the upper half.
+- A thread is ``(source << 28) | lane``: per process, each source has its own tracks (Torch's and
+  VizTracer's view of one OS thread must not share a track: their slices overlap partially).
+
+All of it is a pure function of (host, pid, source, lane), so parallel workers need no coordination.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from .model import ProcessKey
+
+PLANNED_LIMIT = 1 << 23
+_FALLBACK_BIT = 1 << 31
+_LANE_BITS = 28
+_DEVICE = re.compile(r"^(?:GPU|NPU|XPU|HPU|MTIA|Device|device)\D*(\d+)")
+_FIXED_SLOTS = {"Spans": 130, "Traces": 131, "Kineto": 132}
+
+
+def planned_pid(index: int) -> int:
+    if not 0 <= index < PLANNED_LIMIT:
+        raise ValueError(f"too many processes to merge ({index})")
+    return (index + 1) << 8
+
+
+def fallback_pid(key: ProcessKey) -> int:
+    """A process the planner did not know: hashed into the upper half of the pid space."""
+    return _FALLBACK_BIT | ((zlib.crc32(str(key).encode()) & 0x7FFFFF) << 8)
+
+
+def sub_slot(label: str) -> int:
+    """Where a sub-process sits under its owner (1-255): devices by index, then fixed names."""
+    m = _DEVICE.match(label)
+    if m and int(m.group(1)) < 100:
+        return 1 + int(m.group(1))
+    if label == "Proton":
+        return 110
+    if label.startswith("Proton "):
+        return 111 + zlib.crc32(label.encode()) % 18
+    if label in _FIXED_SLOTS:
+        return _FIXED_SLOTS[label]
+    return 140 + zlib.crc32(label.encode()) % 115
+
+
+def lane_int(lane: Any) -> int:
+    if isinstance(lane, int) and not isinstance(lane, bool) and 0 <= lane < (1 << _LANE_BITS):
+        return lane
+    return zlib.crc32(str(lane).encode()) & ((1 << _LANE_BITS) - 1)
+
+
+def merged_tid(source_order: int, lane: Any) -> int:
+    return ((source_order & 0xF) << _LANE_BITS) | lane_int(lane)
+
+
+@dataclass(frozen=True)
+class ProcessDecl:
+    """A merged process as a worker met it; the parent names it (or knew it already)."""
+
+    merged_pid: int
+    key: ProcessKey | None  # the OS process, or the owner of a sub-process
+    sub: str | None = None  # "GPU 0", "Proton", ... for sub-processes
+    source_name: str | None = None  # what the source called it (Kineto "python", Proton "Trace")
+
+
+@dataclass(frozen=True)
+class ThreadDecl:
+    merged_pid: int
+    merged_tid: int
+    name: str  # "<Source> · <lane>"
+    sort_index: int
+
+
+def process_title(decl: ProcessDecl, known: dict[int, str]) -> str:
+    """The name Perfetto shows: a planned process's label, its sub-processes under it."""
+    if decl.sub is None:
+        if decl.merged_pid in known:
+            return known[decl.merged_pid]
+        key = decl.key
+        return f"{key.host} · pid {key.pid}" if key is not None else f"process {decl.merged_pid}"
+    owner = known.get(decl.merged_pid & ~0xFF)
+    if owner is None and decl.key is not None:
+        owner = f"{decl.key.host} · pid {decl.key.pid}"
+    return f"{owner} · {decl.sub}" if owner else decl.sub

@@ -1,0 +1,110 @@
+"""Triton Proton ``chrome_trace`` files, as TokenSpeed writes them per scheduler rank.
+
+Names: ``{profile_id}-[DPd-][CPc-]TPt[-STAGE].proton[.part_N].chrome_trace`` (``.part_N`` from
+Proton's periodic flushing). Proton puts everything in ONE synthetic process, pid 0 ("Trace"), with
+CPU lanes, graph lanes (100000 + stream) and GPU lanes (200000 + stream), and restarts its
+``launch->kernel`` flow ids in every process, so several ranks always collide unless namespaced.
+Upstream Proton writes no anchor (``ts`` relative to its first event); TokenSpeed's build adds a
+top-level ``baseTimeNanoseconds``. Without one a file is ``unanchored``: never placed at time zero.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from msgspec import UNSET
+
+from ..model import Problem
+from ..sources import Head
+from . import chrome_json
+from .base import ReadContext, ReadResult, SourcePid
+
+NAME = re.compile(
+    r"^(?P<profile>.+?)-(?:DP(?P<dp>\d+)-)?(?:CP(?P<cp>\d+)-)?TP(?P<tp>\d+)(?:-(?P<stage>[A-Z]+))?"
+    r"\.(?P<what>proton|viztracer|trace)(?:\.part_(?P<part>\d+))?\.(?:chrome_trace|json(?:\.gz)?)$"
+)
+
+
+class ProtonReader:
+    kind = "proton"
+    label = "Proton"
+    order = 4
+
+    def sniff(self, head: Head) -> int:
+        name = head.source.name
+        if ".proton" in name and name.endswith(".chrome_trace"):
+            return 95
+        data = head.data
+        if b'"launch->kernel"' in data or (b'"CPU Thread ' in data and b'"name":"Trace"' in data):
+            return 80
+        if name.endswith(".chrome_trace") and b'"traceEvents"' in data:
+            return 60
+        return 0
+
+    def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
+        dec = chrome_json.decode(data, ctx.path)
+        doc = dec.doc
+        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
+        res.read = len(doc.traceEvents) + dec.dropped
+        if doc.baseTimeNanoseconds is not UNSET:
+            res.anchor_ns, res.anchor_source = int(doc.baseTimeNanoseconds), "baseTimeNanoseconds"
+        elif ctx.anchor_ns is not None:
+            res.anchor_ns, res.anchor_source = ctx.anchor_ns, "process record"
+        else:
+            res.skip = True
+            res.problems.append(
+                Problem(
+                    "unanchored",
+                    ctx.path,
+                    "Proton trace without baseTimeNanoseconds (upstream Proton: ts relative to its first "
+                    "event); not placed at time zero — use TokenSpeed's Proton or register an anchor_ns",
+                )
+            )
+            return res
+        chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
+        return res
+
+    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
+        return "Proton" if pid in (0, "0") else f"Proton {pid}"
+
+    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
+        return (result.thread_names.get((pid, tid)) or f"lane {tid}").strip()
+
+
+class ChromeJsonReader:
+    """Any other Chrome-trace JSON: merged only when its process record supplies an anchor."""
+
+    kind = "chrome_json"
+    label = "Trace"
+    order = 5
+
+    def sniff(self, head: Head) -> int:
+        data = head.data.lstrip()
+        if data.startswith(b"{") and b'"traceEvents"' in data and b'"rl_trace_observer"' not in data[:200]:
+            return 10
+        return 0
+
+    def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
+        dec = chrome_json.decode(data, ctx.path)
+        doc = dec.doc
+        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
+        res.read = len(doc.traceEvents) + dec.dropped
+        if doc.baseTimeNanoseconds is not UNSET:
+            res.anchor_ns, res.anchor_source = int(doc.baseTimeNanoseconds), "baseTimeNanoseconds"
+        elif ctx.anchor_ns is not None:
+            res.anchor_ns, res.anchor_source = ctx.anchor_ns, "process record"
+        else:
+            res.skip = True
+            res.problems.append(
+                Problem("unanchored", ctx.path, "Chrome trace of unknown origin with no anchor")
+            )
+            return res
+        chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
+        return res
+
+    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
+        return pid
+
+    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
+        return (result.thread_names.get((pid, tid)) or f"thread {tid}").strip()

@@ -1,0 +1,271 @@
+"""One unit of parallel work: read a file (or a TokenSpeed rank's files), run the passes, serialise.
+
+A job runs in a worker process and returns bytes ready for the output (JSON pieces, deflated
+pieces, or a protobuf sequence of its own) plus the identities it declared and its counts. At most
+one file's events are alive at a time in a worker: they are serialised and released before the
+next file of the job is read.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+from msgspec import UNSET
+
+from . import fastpath
+from .identity import ProcessDecl, ThreadDecl, process_title
+from .model import Event, Problem, ProcessKey
+from .passes import IdentityMapper, PassContext, TimeCorrection, link_scopes, namespace_ids, run_passes
+from .readers import ReadContext, ReadResult, reader_for
+from .readers.chrome_json import NotATrace, decode_raw_args, gc_paused
+from .sources import Source, read_content
+from .writers import chrome_json
+
+SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
+
+
+@dataclass
+class Task:
+    """One file of a job, with everything the planner decided about it."""
+
+    index: int
+    source: Source
+    kind: str
+    host: str
+    owner_key: ProcessKey
+    owner_merged: int
+    anchor_ns: int | None
+    namespace: int
+    correction: TimeCorrection
+
+
+@dataclass
+class Job:
+    tasks: list[Task]
+    base_ns: int
+    out_format: str  # "json", "json.gz" or "pftrace"
+    planned: dict[ProcessKey, int]
+    titles: dict[int, str]  # merged pid -> process name, for writers that name processes themselves
+    windows: tuple[tuple[int | None, int | None], ...] = ()
+    min_dur_ns: int = 0
+    scope_namespace: int = 0
+    sequence_id: int = 1
+    weight: int = 0
+
+
+@dataclass
+class Outcome:
+    index: int
+    sha256: str | None = None
+    complete: bool = True
+    read: int = 0
+    kept: int = 0
+    dropped: int = 0
+    filtered: int = 0
+    anchor_ns: int | None = None
+    anchor_source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+    min_ts: int | None = None
+    max_ts: int | None = None
+    skipped: bool = False
+
+
+@dataclass
+class JobResult:
+    outcomes: list[Outcome]
+    processes: dict[int, ProcessDecl]
+    threads: dict[tuple[int, int], ThreadDecl]
+    pieces: list[Any]
+    writer_stats: dict[str, Any] = field(default_factory=dict)
+
+
+def run_job(job: Job) -> JobResult:
+    result = JobResult([], {}, {}, [])
+    scopes: set[int] | None = None
+    pairs = {t.kind for t in job.tasks} >= {"proton", "viztracer"}  # a TokenSpeed rank's two reports
+    pf = _PftraceSink(job) if job.out_format == "pftrace" else None
+    for task in job.tasks:
+        out = Outcome(task.index)
+        result.outcomes.append(out)
+        fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
+        read = _read(task, out, job.planned, fast)
+        if read is None:
+            continue
+        events, mapper, res = read
+        ctx = PassContext(
+            correction=task.correction,
+            windows=job.windows,
+            min_dur_ns=job.min_dur_ns,
+            mapper=mapper,
+            namespace=task.namespace,
+            scope_namespace=job.scope_namespace,
+            collect_scopes=pairs and task.kind == "proton",
+            scopes=scopes
+            if task.kind == "proton"
+            else (scopes or set())
+            if task.kind == "viztracer"
+            else None,
+        )
+        kept = _fast(events, res, task, job, ctx, out, result) if fast else run_passes(events, ctx)
+        if ctx.collect_scopes:
+            scopes = ctx.scopes
+        out.read, out.dropped = (
+            res.read - res.metadata,
+            res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
+        )
+        _report_dropped(out, res, task.source.url)
+        out.stats = ctx.stats
+        out.filtered = ctx.stats.get("filtered", 0)
+        out.kept = len(kept)
+        out.phases = dict(Counter(map(attrgetter("ph"), kept)))
+        result.processes.update(mapper.processes)
+        result.threads.update(mapper.threads)
+        if pf is not None:
+            pf.add(kept, mapper, out)
+        elif not fast:
+            pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
+            result.pieces.extend(pieces)
+            if kept:
+                out.min_ts, out.max_ts = lo, hi
+        del kept, events, res
+    if pf is not None:
+        result.pieces, result.writer_stats = pf.close()
+    return result
+
+
+def _fast(
+    events: list[Event],
+    res: ReadResult,
+    task: Task,
+    job: Job,
+    ctx: PassContext,
+    out: Outcome,
+    result: JobResult,
+) -> list[Event]:
+    """The fused path (see :mod:`.fastpath`): one loop, then only the flow events get namespaced."""
+    anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
+    shift = anchor + task.correction.offset_ns - job.base_ns
+    assert ctx.mapper is not None
+    kept, flows, lo, hi = fastpath.to_output(
+        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper
+    )
+    if ctx.collect_scopes or ctx.scopes is not None:
+        kept = link_scopes(kept, ctx)
+    namespace_ids(flows, ctx)
+    pieces, _, _ = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz", convert=False)
+    result.pieces.extend(pieces)
+    if lo is not None and hi is not None:
+        out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
+    return kept
+
+
+def _report_dropped(out: Outcome, res: ReadResult, path: str) -> None:
+    if res.dropped and not any(p.kind == "dropped_events" for p in out.problems):
+        out.problems.append(
+            Problem("dropped_events", path, f"{res.dropped} events with invalid fields or values")
+        )
+
+
+def _read(
+    task: Task, out: Outcome, planned: dict[ProcessKey, int], defer: bool
+) -> tuple[list[Event], IdentityMapper, ReadResult] | None:
+    content = read_content(task.source)
+    out.sha256, out.complete = content.sha256, content.complete
+    path = task.source.url
+    reader = reader_for(task.kind)
+    owner_pid = task.owner_key.pid if task.owner_key.pid >= 0 else None
+    ctx = ReadContext(path, task.source.name, task.anchor_ns, owner_pid, defer_times=defer)
+    content_error = content.error
+    try:
+        with gc_paused():
+            res = reader.read(content.data, ctx)
+    except NotATrace as exc:
+        out.skipped = True
+        detail = f"{content_error}; nothing readable before the cut" if content_error else str(exc)
+        out.problems.append(Problem("incomplete" if content_error else "not_a_trace", path, detail))
+        return None
+    del content
+    out.complete = out.complete and res.complete
+    out.anchor_ns, out.anchor_source, out.meta = res.anchor_ns, res.anchor_source, res.meta
+    salvage = "; ".join(p.detail for p in res.problems if p.kind == "incomplete")
+    if content_error:
+        out.problems.append(
+            Problem("incomplete", path, f"{content_error}; {salvage}" if salvage else content_error)
+        )
+    out.problems.extend(p for p in res.problems if not (p.kind == "incomplete" and content_error))
+    if res.skip:
+        out.skipped = True
+        out.read = out.dropped = res.read - res.metadata
+        return None
+    return (
+        res.events,
+        IdentityMapper(reader, res, ctx, task.host, task.owner_merged, task.owner_key, planned),
+        res,
+    )
+
+
+class _PftraceSink:
+    """Writes a job's events as its own protobuf sequence (interning is per sequence)."""
+
+    def __init__(self, job: Job) -> None:
+        from .writers.pftrace import PftraceWriter
+
+        self.job = job
+        self.buf = io.BytesIO()
+        self.writer = PftraceWriter(self.buf, base_ns=job.base_ns, sequence_id=job.sequence_id)
+        self.declared: set[int] = set()
+
+    def add(self, events: list[Event], mapper: IdentityMapper, out: Outcome) -> None:
+        w = self.writer
+        for pid, decl in sorted(mapper.processes.items()):
+            if pid not in self.declared:
+                self.declared.add(pid)
+                w.process(pid, process_title(decl, self.job.titles), pid)
+        for (pid, tid), th in sorted(mapper.threads.items()):
+            w.thread(pid, tid, th.name, th.sort_index)
+        events.sort(key=_order)
+        if events:
+            starts: list[Any] = [e.ts for e in events]
+            out.min_ts, out.max_ts = starts[0], max(starts)
+        w.write_many(_normalised(e) for e in events)
+
+    def close(self) -> tuple[list[Any], dict[str, Any]]:
+        stats = self.writer.close()
+        return [self.buf.getvalue()], {
+            "slices": stats.slices,
+            "instants": stats.instants,
+            "counters": stats.counters,
+            "dropped": dict(stats.dropped),
+        }
+
+
+def _order(e: Event) -> tuple[Any, ...]:
+    """Per thread: by start; a parent (longer) before its child; slices before flows that bind to them."""
+    dur: Any = e.dur if e.dur is not UNSET else 0
+    return (e.ts, e.ph not in ("X", "B"), -dur)
+
+
+_FIELDS = ("name", "cat", "id", "bind_id", "flow_in", "flow_out", "bp", "s", "scope", "cname")
+
+
+def _normalised(e: Event) -> dict[str, Any]:
+    """docs/FORMATS.md §3: the event as a dict with exact ``ts_ns``/``dur_ns``."""
+    ev: dict[str, Any] = {"ph": e.ph, "ts_ns": e.ts, "pid": e.pid, "tid": e.tid}
+    if e.dur is not UNSET:
+        ev["dur_ns"] = e.dur
+    for name in _FIELDS:
+        value = getattr(e, name)
+        if value is not UNSET:
+            ev[name] = value
+    if e.args is not UNSET:
+        ev["args"] = decode_raw_args(e)
+    if e.id2 is not UNSET:
+        ev["id2"] = bytes(e.id2).decode()
+    return ev

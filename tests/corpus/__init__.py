@@ -1,0 +1,1 @@
+"""A run made by the real tools, plus TokenSpeed/Proton files from a format-faithful generator."""

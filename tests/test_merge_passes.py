@@ -1,0 +1,166 @@
+"""Each merge pass on a handful of hand-built events, and on none; plus the small pure helpers."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+
+import pytest
+from msgspec import UNSET, Raw
+
+from rl_trace_observer.merge import compress, identity, passes
+from rl_trace_observer.merge.manifest import problem_summary
+from rl_trace_observer.merge.model import Event, ProcessKey, us_to_ns
+from rl_trace_observer.merge.readers import reader_for
+from rl_trace_observer.merge.readers.base import ReadContext, ReadResult
+
+T0 = 1_700_000_000_000_000_000
+
+
+def X(name: str, ts: int, dur: int, pid: int = 10, tid: int = 1, **kw: object) -> Event:
+    return Event(ph="X", name=name, pid=pid, tid=tid, ts=T0 + ts, dur=dur, **kw)  # type: ignore[arg-type]
+
+
+def flow(ph: str, fid: int, ts: int, tid: int = 1, name: str = "launch->kernel", cat: str = "flow") -> Event:
+    return Event(ph=ph, name=name, cat=cat, id=fid, pid=10, tid=tid, ts=T0 + ts, bp="e")
+
+
+@pytest.mark.parametrize("p", passes.PASSES)
+def test_every_pass_accepts_no_events(p: object) -> None:
+    ctx = passes.PassContext(windows=((0, 1),), min_dur_ns=5, scopes={}, collect_scopes=False)
+    assert p([], ctx) == []  # type: ignore[operator]
+
+
+def test_correct_time_offset_and_function() -> None:
+    events = [X("a", 0, 100), Event(ph="i", ts=T0 + 50, pid=1, tid=1)]
+    out = passes.correct_time(events, passes.PassContext(correction=passes.TimeCorrection(offset_ns=-7)))
+    assert [e.ts for e in out] == [T0 - 7, T0 + 43] and out[0].dur == 100
+    drift = passes.TimeCorrection(fn=lambda t: t + (t - T0) // 100)  # 1% fast after T0
+    (e,) = passes.correct_time([X("a", 1000, 1000)], passes.PassContext(correction=drift))
+    assert (e.ts, e.dur) == (T0 + 1010, 1010)  # the end is corrected too: the duration follows drift
+    same = [X("a", 0, 1)]
+    assert passes.correct_time(same, passes.PassContext()) is same  # identity: untouched
+
+
+def test_filter_events_windows_and_min_duration() -> None:
+    events = [X("early", 0, 10), X("short", 100, 2), X("long", 100, 50), Event(ph="B", ts=T0, pid=1, tid=1)]
+    ctx = passes.PassContext(windows=((T0 + 90, T0 + 200),), min_dur_ns=5)
+    out = passes.filter_events(events, ctx)
+    assert [e.name if e.name is not UNSET else e.ph for e in out] == ["long", "B"]
+    assert ctx.stats["filtered"] == 2
+
+
+def test_namespace_ids_splits_reused_ids_and_separates_artifacts() -> None:
+    # Proton: one launch id used for two kernels (s f s f), and again in another file.
+    a = [flow("s", 1, 0), flow("f", 1, 10, tid=2), flow("s", 1, 20), flow("f", 1, 30, tid=2)]
+    b = [flow("s", 1, 0), flow("f", 1, 10, tid=2)]
+    ca, cb = passes.PassContext(namespace=1), passes.PassContext(namespace=2)
+    passes.namespace_ids(a, ca)
+    passes.namespace_ids(b, cb)
+    assert a[0].id == a[1].id != a[2].id == a[3].id
+    assert not {e.id for e in a} & {e.id for e in b}
+    assert ca.stats["flows"] == 2 and cb.stats["flows"] == 1
+    # Kineto order: an end listed before its start still pairs with it.
+    k = [flow("f", 9, 10, tid=2), flow("s", 9, 0)]
+    passes.namespace_ids(k, passes.PassContext(namespace=3))
+    assert k[0].id == k[1].id
+
+
+def test_namespace_ids_async_and_bind_ids() -> None:
+    ev = [
+        Event(ph="b", cat="req", id="0x1", ts=T0, pid=1, tid=1),
+        Event(ph="e", cat="req", id="0x1", ts=T0 + 5, pid=1, tid=1),
+        X("out", 0, 5, bind_id=4, flow_out=True),
+        X("in", 10, 5, bind_id=4, flow_in=True),
+    ]
+    ctx = passes.PassContext(namespace=5)
+    passes.namespace_ids(ev, ctx)
+    assert ev[0].id == ev[1].id and isinstance(ev[0].id, int) and ev[0].id >> 40 == 5
+    assert ev[2].bind_id == ev[3].bind_id and ev[2].bind_id >> 40 == 5  # type: ignore[operator]
+    assert ctx.stats["flows"] == 1
+
+
+def test_link_scopes_ends_on_the_proton_scope_and_links_within_the_rank() -> None:
+    scope = X("attention", 5, 50, pid=0, tid=7, cat="scope", args=Raw(b'{"scope_id": 42}'))
+    proton = passes.PassContext(collect_scopes=True, scope_namespace=3)
+    out = passes.link_scopes([scope], proton)
+    assert proton.scopes == {42}
+    end = out[1]
+    assert (end.ph, end.pid, end.tid, end.ts, end.bp) == ("f", 0, 7, T0 + 5, "e")
+    starts = [
+        Event(ph="s", name=passes.SCOPE_FLOW_NAME, cat=passes.SCOPE_FLOW_CAT, id=42, ts=T0 + 4, pid=9, tid=9),
+        Event(ph="s", name=passes.SCOPE_FLOW_NAME, cat=passes.SCOPE_FLOW_CAT, id=43, ts=T0 + 4, pid=9, tid=9),
+    ]
+    viz = passes.PassContext(scopes=proton.scopes, scope_namespace=3)
+    linked = passes.link_scopes(starts, viz)
+    assert [e.id for e in linked] == [end.id]  # scope 43 was never recorded by Proton: dropped
+    assert viz.stats == {"unlinked_scope_flows": 1, "flows": 1, "scope_links": 1}
+    other_rank = passes.PassContext(collect_scopes=True, scope_namespace=4)
+    assert (
+        passes.link_scopes(
+            [X("a", 5, 50, pid=0, tid=7, cat="scope", args=Raw(b'{"scope_id": 42}'))], other_rank
+        )[1].id
+        != end.id
+    )
+
+
+def test_remap_identity_gpu_lanes_under_owner_and_threads_per_source() -> None:
+    kineto = reader_for("torch")
+    res = ReadResult(
+        process_labels={0: "GPU 0", 1234: "CPU"}, thread_names={(1234, 1234): "thread 1234 (python)"}
+    )
+    mapper = passes.IdentityMapper(
+        kineto,
+        res,
+        ReadContext("p", "n", owner_pid=1234),
+        "h",
+        512,
+        ProcessKey("h", 1234),
+        {ProcessKey("h", 1234): 512},
+    )
+    ev = [X("op", 0, 5, pid=1234, tid=1234), X("kernel", 1, 2, pid=0, tid=7)]
+    passes.remap_identity(ev, passes.PassContext(mapper=mapper))
+    assert ev[0].pid == 512 and ev[1].pid == 512 + identity.sub_slot("GPU 0")
+    assert ev[0].tid == identity.merged_tid(kineto.order, 1234)
+    names = {t.name for t in mapper.threads.values()}
+    assert names == {"Torch · thread 1234 (python)", "Torch · stream 7"}
+
+
+def test_identity_numbers_fit_uint32_and_never_collide_across_hosts() -> None:
+    a, b = identity.fallback_pid(ProcessKey("a", 1)), identity.fallback_pid(ProcessKey("b", 1))
+    assert a != b and 0 < a < 2**32 and 0 < b < 2**32
+    assert identity.planned_pid(0) == 256 and identity.planned_pid(identity.PLANNED_LIMIT - 1) < 2**32
+    assert identity.merged_tid(15, 2**28 - 1) < 2**32 and identity.merged_tid(1, "lane") < 2**32
+    assert len({identity.sub_slot(f"GPU {i}") for i in range(8)} | {identity.sub_slot("Proton")}) == 9
+
+
+def test_us_to_ns_is_exact_for_kineto_relative_times() -> None:
+    for ns in (5_113_223_833_696_262, 7_999_999_999_999_999, 1, 999):
+        us = float(f"{ns // 1000}.{ns % 1000:03d}")
+        assert us_to_ns(us) == ns
+
+
+def test_gzip_pieces_make_one_member() -> None:
+    buf = io.BytesIO()
+    member = compress.GzipMember(buf)
+    member.write(b"head,")
+    member.write_piece(*compress.deflate_piece(b"x" * 100_000))
+    member.write(b"tail")
+    member.close()
+    data = buf.getvalue()
+    assert gzip.decompress(data) == b"head," + b"x" * 100_000 + b"tail"
+    dec = zlib.decompressobj(31)
+    dec.decompress(data)
+    assert dec.eof and dec.unused_data == b""  # exactly one member
+
+
+def test_problem_summary_is_one_line_per_kind() -> None:
+    lines = problem_summary(
+        [
+            {"kind": "unlinked", "path": "a.json", "detail": "x"},
+            {"kind": "unlinked", "path": "b.json", "detail": "y"},
+            {"kind": "incomplete", "path": "c.json.gz", "detail": "z"},
+        ]
+    )
+    assert lines == ["unlinked: a.json: x (+1 more in the manifest)", "incomplete: c.json.gz: z"]

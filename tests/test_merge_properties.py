@@ -1,0 +1,232 @@
+"""Property tests: every reader recovers exact ns and order; the merged timeline keeps every event
+once, keeps per-thread order, and never lets two sources' flow ids collide."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rl_trace_observer.merge.model import us_to_ns
+from rl_trace_observer.merge.pipeline import MergeOptions, merge
+from rl_trace_observer.merge.readers import reader_for
+from rl_trace_observer.merge.readers.base import ReadContext
+
+BASE = 1_790_857_026_000_000_000  # a Kineto-style anchor (floored wall clock)
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def us(ns: int) -> str:
+    """How profilers print times: µs with exactly 3 decimals."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+x_events = st.lists(
+    st.tuples(names, st.integers(0, 2**43 - 1), st.integers(0, 10**9), st.integers(1, 4)), max_size=30
+)
+
+
+@given(st.integers(0, 2**43 * 1000 - 1))
+def test_us_to_ns_recovers_every_3_decimal_value(ns: int) -> None:
+    assert us_to_ns(float(us(ns))) == ns
+
+
+def _x_json(name: str, pid: int, tid: int, ts: str, dur: str, extra: str = "") -> str:
+    """One X event with its times as exact decimal text (json.dumps would print float reprs)."""
+    return f'{{"ph":"X","name":{json.dumps(name)},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur}{extra}}}'
+
+
+def _chrome(kind: str, events: list[tuple[str, int, int, int]], pid: int) -> bytes:
+    raw = ",".join(
+        _x_json(n, pid, tid, us(ts), us(dur), f',"args":{{"i":{i}}}')
+        for i, (n, ts, dur, tid) in enumerate(events)
+    )
+    if kind == "torch":
+        head = f'{{"schemaVersion":1,"deviceProperties":[],"baseTimeNanoseconds":{BASE},"traceEvents":['
+        return (head + raw + "]}").encode()
+    if kind == "viztracer":
+        return (
+            '{"traceEvents":[' + raw + f'],"viztracer_metadata":{{"baseTimeNanoseconds":{BASE}}}}}'
+        ).encode()
+    return (f'{{"displayTimeUnit":"us","baseTimeNanoseconds":{BASE},"traceEvents":[' + raw + "]}").encode()
+
+
+@SETTINGS
+@given(kind=st.sampled_from(["torch", "viztracer", "proton"]), events=x_events)
+def test_chrome_readers_keep_exact_ns_and_order(kind: str, events: list[tuple[str, int, int, int]]) -> None:
+    res = reader_for(kind).read(_chrome(kind, events, 0 if kind == "proton" else 77), ReadContext("f", "f"))
+    assert res.dropped == 0 and res.anchor_ns == BASE
+    assert [(e.name, e.ts, e.dur, e.tid) for e in res.events] == [
+        (n, BASE + t, d, tid) for n, t, d, tid in events
+    ]
+
+
+@SETTINGS
+@given(events=x_events)
+def test_legacy_kineto_absolute_microseconds_are_exact(events: list[tuple[str, int, int, int]]) -> None:
+    epoch = 1_700_000_000_000_000_000
+    raw = ",".join(_x_json(n, 5, tid, us(epoch + ts), us(dur)) for n, ts, dur, tid in events)
+    res = reader_for("torch").read(
+        (f'{{"schemaVersion":1,"traceEvents":[{raw}]}}').encode(), ReadContext("f", "f")
+    )
+    assert [e.ts for e in res.events] == [epoch + ts for _, ts, _, _ in events]
+
+
+@SETTINGS
+@given(
+    spans=st.lists(
+        st.tuples(names, st.integers(0, 2**62 - 1), st.integers(0, 2**40)), min_size=1, max_size=20
+    ),
+    cut=st.integers(1, 60),
+)
+def test_rl_insight_log_exact_and_cut_last_line(spans: list[tuple[str, int, int]], cut: int) -> None:
+    lines = [
+        b'{"ph":"M","name":"thread_name","pid":3,"tid":1,"args":{"name":"RL-Insight \\u00b7 r","lane":"r"}}'
+    ]
+    lines += [
+        json.dumps(
+            {
+                "ph": "X",
+                "name": n,
+                "pid": 3,
+                "tid": 1,
+                "ts": t / 1000,
+                "dur": d / 1000,
+                "ts_ns": t,
+                "dur_ns": d,
+            }
+        ).encode()
+        for n, t, d in spans
+    ]
+    whole = b"\n".join(lines) + b"\n"
+    res = reader_for("rl_insight").read(whole, ReadContext("f", "f"))
+    assert [(e.name, e.ts, e.dur) for e in res.events] == spans and res.complete
+    partial = whole[: -1 - min(cut, len(lines[-1]))]  # the writer died inside the last line
+    res = reader_for("rl_insight").read(partial, ReadContext("f", "f"))
+    assert [(e.name, e.ts) for e in res.events] == [(n, t) for n, t, _ in spans[:-1]] and not res.complete
+
+
+# -------------------------------------------------------------------------------- timeline
+flow_ids = st.lists(st.integers(1, 3), min_size=0, max_size=6)  # small ids: sources reuse them
+
+
+def _proton_file(folder: Path, tp: int, seq: list[tuple[int, int]], ids: list[int]) -> list[tuple[str, int]]:
+    """A Proton-shaped rank file; returns (name, ns) of its slices in file order."""
+    events: list[dict[str, Any]] = []
+    slices = []
+    for k, (ts, tid) in enumerate(seq):
+        name = f"tp{tp}-s{k}"
+        events.append({"ph": "X", "name": name, "pid": 0, "tid": tid, "ts": float(us(ts * 1000)), "dur": 0.5})
+        slices.append((name, BASE + ts * 1000))
+    for k, fid in enumerate(ids):
+        at = 10_000 + 10 * k
+        events.append({"ph": "X", "name": f"tp{tp}-l{k}", "pid": 0, "tid": 1, "ts": at, "dur": 1.0})
+        events.append({"ph": "X", "name": f"tp{tp}-k{k}", "pid": 0, "tid": 200007, "ts": at + 5, "dur": 1.0})
+        events.append(
+            {
+                "ph": "s",
+                "name": "launch->kernel",
+                "cat": "flow",
+                "pid": 0,
+                "tid": 1,
+                "ts": at,
+                "id": fid,
+                "bp": "e",
+            }
+        )
+        events.append(
+            {
+                "ph": "f",
+                "name": "launch->kernel",
+                "cat": "flow",
+                "pid": 0,
+                "tid": 200007,
+                "ts": at + 5,
+                "id": fid,
+                "bp": "e",
+            }
+        )
+        slices += [(f"tp{tp}-l{k}", BASE + at * 1000), (f"tp{tp}-k{k}", BASE + (at + 5) * 1000)]
+    doc = {"displayTimeUnit": "us", "baseTimeNanoseconds": BASE, "traceEvents": events}
+    (folder / f"p-TP{tp}.proton.chrome_trace").write_text(json.dumps(doc))
+    return slices
+
+
+@SETTINGS
+@given(
+    ranks=st.lists(
+        st.tuples(st.lists(st.tuples(st.integers(0, 9_000), st.sampled_from([1, 2])), max_size=15), flow_ids),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_timeline_keeps_each_event_once_in_thread_order_with_unique_flow_ids(
+    ranks: list[tuple[list[tuple[int, int]], list[int]]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "node"
+        folder.mkdir()
+        expected: dict[int, list[tuple[str, int]]] = {}
+        for tp, (seq, ids) in enumerate(ranks):
+            expected[tp] = _proton_file(folder, tp, seq, ids)
+        res = merge([tmp], str(Path(tmp) / "out.json"), MergeOptions(workers=0))
+        assert res.exit_code == 0 or not any(expected.values())
+        if not any(expected.values()):
+            return
+        out = json.loads((Path(tmp) / "out.json").read_text())
+    base = out["rl_trace_observer"]["base_ns"]
+    events = out["traceEvents"]
+    got = [(e["name"], base + round(e["ts"] * 1000)) for e in events if e["ph"] == "X"]
+    want = [s for tp in sorted(expected) for s in expected[tp]]
+    assert sorted(got) == sorted(want)  # every event exactly once, at its exact ns
+    per_thread: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            per_thread[(e["pid"], e["tid"])].append(e["name"])
+    for names_on_thread in per_thread.values():
+        tp = int(names_on_thread[0].split("-")[0][2:])
+        order = [n for n, _ in expected[tp] if n in set(names_on_thread)]
+        assert names_on_thread == order  # per-thread order kept
+        assert {n.split("-")[0] for n in names_on_thread} == {f"tp{tp}"}  # ranks never share a track
+    ends: dict[int, list[str]] = defaultdict(list)
+    for e in events:
+        if e["ph"] in "sf" and e.get("cat") == "flow":
+            ends[e["id"]].append(e["ph"])
+    assert all(sorted(v) == ["f", "s"] for v in ends.values())  # no id shared by two flows
+    assert len(ends) == sum(len(ids) for _, ids in ranks)
+
+
+@SETTINGS
+@given(
+    files=st.lists(
+        st.tuples(st.sampled_from(["torch", "viztracer", "proton"]), x_events), min_size=1, max_size=3
+    ),
+    flows=flow_ids,
+)
+def test_fast_path_equals_the_general_passes(
+    files: list[tuple[str, list[tuple[str, int, int, int]]]], flows: list[int]
+) -> None:
+    """The fused loop (no filters) and the listed passes (a window covering all) agree byte for byte."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "node"
+        folder.mkdir()
+        for n, (kind, events) in enumerate(files):
+            name = {
+                "torch": f"t{n}.pt.trace.json",
+                "viztracer": f"v{n}.viztracer.json",
+                "proton": f"p{n}-TP{n}.proton.chrome_trace",
+            }[kind]
+            (folder / name).write_bytes(_chrome(kind, events, 0 if kind == "proton" else 77 + n))
+        _proton_file(folder, 9, [], flows)
+        fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
+        slow = merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
+        a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
+        b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
+    assert fast.manifest["counts"]["flows"] == slow.manifest["counts"]["flows"]
+    assert a == b
