@@ -1,0 +1,60 @@
+"""Presentation shared by the terminal and HTML reports: labels, colours, number formats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABELS = {
+    "generation": "generation",
+    "log_prob": "log-prob",
+    "update": "update",
+    "weight_sync": "weight sync",
+    "other": "other",
+    "idle": "idle",
+    "step": "step marker",
+}
+# Colour-blind-safe (Okabe-Ito) for the work categories; idle is a light grey.
+COLORS = {
+    "generation": "#0072B2",
+    "log_prob": "#E69F00",
+    "update": "#D55E00",
+    "weight_sync": "#CC79A7",
+    "other": "#009E73",
+    "idle": "#D9D9D9",
+    "step": "#999999",
+}
+OVERLAP_KEYS = (
+    ("generation_only_ns", "generation only", "#0072B2"),
+    ("both_ns", "both (overlap)", "#7B3294"),
+    ("training_only_ns", "training only", "#D55E00"),
+    ("neither_ns", "neither", "#D9D9D9"),
+)
+
+
+def fmt_ns(value: float | int | None) -> str:
+    """A duration for humans: ``1.23 s``, ``289.6 ms``, ``12.3 µs``, ``850 ns``."""
+    if value is None:
+        return "—"
+    v = float(value)
+    a = abs(v)
+    if a >= 1e9:
+        return f"{v / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{v / 1e6:.1f} ms"
+    if a >= 1e3:
+        return f"{v / 1e3:.1f} µs"
+    return f"{v:.0f} ns"
+
+
+def fmt_pct(part: float | int, whole: float | int) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole else "—"
+
+
+def fmt_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "—" if value is None else str(value)
+
+
+def step_label(step: Any) -> str:
+    return "all" if step is None else str(step)

@@ -1,0 +1,92 @@
+"""The ONE table that turns span names into report categories, and nothing else knows names.
+
+Why patterns and not VERL's vocabulary: VERL 0.9.1 annotates ``train_batch``,
+``actor_compute_log_prob``, ``actor_update``, ``vllm_generate`` …, VeRL-Omni adds ``vllm_sleep``,
+``vllm_wake_up``, ``update_weights``, other trainers and engines use their own names, and every new
+release adds more. A handful of ordered patterns covers the families; anything they miss is
+``other`` (still counted as busy time, never dropped). Add a row here to teach the report a name.
+
+Rows are tried in order and the first match wins, so specific families come before broad ones
+(``update_weights`` is weight sync, not an update; ``ref_compute_log_prob`` is log-prob, not
+generation). Rows of category ``step`` are step markers: they define step windows and are not work;
+among them, earlier rows take priority when a trace has several kinds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "CATEGORIES",
+    "IDLE",
+    "OTHER",
+    "ROLLOUT_CATEGORIES",
+    "STAGE_TABLE",
+    "STEP",
+    "TRAINING_CATEGORIES",
+    "WORK_CATEGORIES",
+    "StageRule",
+    "classify",
+    "marker_priority",
+]
+
+STEP = "step"
+OTHER = "other"
+IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class StageRule:
+    category: str
+    pattern: str  # a regular expression searched (not matched) in the span name, case-insensitive
+    why: str
+
+
+STAGE_TABLE: tuple[StageRule, ...] = (
+    StageRule(STEP, r"^global_step$", "one span per training step (the VERL integration's step marker)"),
+    StageRule(STEP, r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
+    StageRule(
+        "weight_sync",
+        r"update_weights|sync_weights|weight_sync|weights_update|(load|send|recv|broadcast)_weights"
+        r"|wake_up|(^|_)sleep($|_)|resume_memory|release_memory",
+        "trainer → rollout weight transfer, and the engine sleep/wake-up around it (colocated mode)",
+    ),
+    StageRule("log_prob", r"log_?prob", "old/ref/actor log-probabilities (forward only)"),
+    StageRule(
+        "update",
+        r"(^|_)update($|_)|update_(actor|critic|policy)|forward_backward|optimi[sz]er|train_step",
+        "policy/critic updates (forward + backward + optimizer)",
+    ),
+    StageRule("generation", r"generat|rollout|(^|_)sampl", "rollout engines: vLLM, SGLang, TokenSpeed, …"),
+)
+
+WORK_CATEGORIES: tuple[str, ...] = ("generation", "log_prob", "update", "weight_sync", OTHER)
+CATEGORIES: tuple[str, ...] = (*WORK_CATEGORIES, IDLE)
+ROLLOUT_CATEGORIES = frozenset({"generation"})
+TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
+
+_COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in STAGE_TABLE)
+
+
+@functools.lru_cache(maxsize=65536)
+def classify(name: str) -> str:
+    """The category of a span name: ``step`` (a marker), a work category, or ``other``."""
+    for rule, regex in _COMPILED:
+        if regex.search(name):
+            return rule.category
+    return OTHER
+
+
+@functools.lru_cache(maxsize=4096)
+def marker_priority(name: str) -> int | None:
+    """Rank of the step-marker row that ``name`` matches (0 = preferred), None if not a marker."""
+    rank = 0
+    for rule, regex in _COMPILED:
+        if rule.category != STEP:
+            continue
+        if regex.search(name):
+            return rank
+        rank += 1
+    return None

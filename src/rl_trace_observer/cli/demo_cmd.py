@@ -1,0 +1,150 @@
+"""``rl-trace demo``: the whole product on an embedded DEMO WORKLOAD, in one command on one machine.
+
+A thin shell over :func:`rl_trace_observer.demo.run.run_demo`: a progress display on stderr while
+it runs, then the report's tables, where every output is and exactly how to open each one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+
+class _Phases:
+    """One spinner line per phase on a terminal; plain timestamped lines elsewhere (CI logs)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.t0 = time.monotonic()
+        self._current: str | None = None
+        self._since = self.t0
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Phases:
+        if self.console.is_terminal:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("demo", total=None)
+        return self
+
+    def _finish_current(self, mark: str = "✓") -> None:
+        if self._current is None:
+            return
+        took = time.monotonic() - self._since
+        self.console.print(Text(f"{mark} {self._current} ({took:.1f} s)"))
+
+    def __call__(self, message: str) -> None:
+        self._finish_current()
+        self._current, self._since = message, time.monotonic()
+        if self._progress is not None:
+            self._progress.update(self._task, description=message)
+        else:
+            self.console.print(Text(f"[{self._since - self.t0:6.1f} s] {message} …"))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: TracebackType | None) -> None:
+        self._finish_current("✓" if exc_type is None else "✗")
+        self._current = None
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _print_outputs(out: Any, console: Console) -> None:
+    def say(text: str, style: str = "") -> None:
+        console.print(Text(text, style=style), soft_wrap=True)  # paths must stay whole to be copied
+
+    def row(label: str, path: Path | None) -> None:
+        if path is not None:
+            say(f"  {label:<28} {path}")
+
+    say("\nDemo outputs (a DEMO WORKLOAD: tiny PPO on local Ray, not a real model)", "bold")
+    row("merged trace, Perfetto", out.pftrace)
+    row("merged trace, Chrome JSON", out.json_trace)
+    for manifest in out.manifests:
+        row("merge manifest", manifest)
+    row("report, HTML", out.report_html)
+    row("report, JSON summary", out.report_json)
+    row("raw artifacts (per process)", out.run_dir)
+    row("collected copy (over Ray)", out.collected_dir)
+    for note in out.notes:
+        say(f"  note: {note}", "yellow")
+    say("\nHow to open them", "bold")
+    say(f'  1. https://ui.perfetto.dev → "Open trace file" → {out.pftrace}')
+    say(f"  2. rl-trace view {out.pftrace}    (serves it on 127.0.0.1 and prints a deep link)")
+    say(f"  3. the report: open file://{out.report_html} in a browser, or")
+    say(f"     rl-trace report {out.json_trace} --html report.html --json report.json")
+    timings = ", ".join(f"{k} {v:.1f} s" for k, v in out.timings.items())
+    say(f"\nTook {timings}.", "dim")
+
+
+DEMO_NEEDS = {"ray": "ray", "torch": "torch", "viztracer": "viztracer", "rl_insight": "rl-insight"}
+
+
+def _missing_packages() -> list[str]:
+    import importlib.util
+
+    return [dist for module, dist in DEMO_NEEDS.items() if importlib.util.find_spec(module) is None]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo_command(
+        out: str | None = typer.Option(
+            None,
+            "--out",
+            help="Output directory (default: ./rl-trace-demo-DATE-TIME); must be new or empty.",
+        ),
+        steps: int = typer.Option(3, "--steps", min=1, max=50, help="PPO steps to run."),
+        mode: str = typer.Option(
+            "sync", "--mode", help="sync, or async (rollout of step n+1 overlaps step n)."
+        ),
+        profile_step: int = typer.Option(
+            2, "--profile-step", min=1, help="Step profiled with torch/VizTracer."
+        ),
+    ) -> None:
+        """Run a small PPO-shaped DEMO WORKLOAD on a local Ray cluster, then collect, merge and report."""
+        from ..analysis.report_terminal import render
+        from ..demo.model import DemoConfig
+        from ..demo.run import default_out_dir, run_demo
+
+        missing = _missing_packages()
+        if missing:
+            typer.echo(
+                f"error: rl-trace demo needs {', '.join(missing)}: "
+                "pip install -c constraints/torch-cpu.txt -e '.[all]' (or run bash scripts/demo.sh)",
+                err=True,
+            )
+            raise typer.Exit(1)
+        if mode not in ("sync", "async"):
+            raise typer.BadParameter(f"{mode!r} is not sync or async", param_hint="--mode")
+        out_dir = Path(out) if out else default_out_dir()
+        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            raise typer.BadParameter(f"{out_dir} exists and is not an empty directory", param_hint="--out")
+        cfg = DemoConfig(steps=steps, mode=mode, profile_steps=(min(profile_step, steps),))
+        err = Console(stderr=True)
+        try:
+            with _Phases(err) as phases:
+                result = run_demo(out_dir, cfg, phases)
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted; partial outputs are in {out_dir}", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:
+            typer.echo(
+                f"error: the demo failed ({type(exc).__name__}: {exc}); partial outputs in {out_dir}",
+                err=True,
+            )
+            raise typer.Exit(1) from None
+        console = Console()
+        if result.summary is not None:
+            render(result.summary, console, top=5)
+        _print_outputs(result, console)

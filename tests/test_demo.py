@@ -1,0 +1,210 @@
+"""``rl-trace demo`` end to end (real Ray, torch.profiler, VizTracer, RL-Insight, collect, merge, report),
+its outputs loaded in the real offline Perfetto engine; plus unit checks of the demo workload itself."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rl_trace_observer.demo.model import EOS, PROMPT_LEN, VOCAB, PolicyEngine, prompts_for, reward_of
+
+from .conftest import ROOT, clean_env
+
+STAGE_SQL = (
+    "select name, count(*) as n from slice where name in "
+    "('global_step', 'vllm_generate', 'actor_compute_log_prob', 'actor_update', 'update_weights') "
+    "group by name order by name"
+)
+SOURCES_SQL = (
+    "select substr(thread.name, 1, instr(thread.name, ' ') - 1) as source, count(*) as n "
+    "from slice join thread_track on slice.track_id = thread_track.id join thread using (utid) "
+    "group by source order by source"
+)
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("demo") / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_trace_observer.cli.main",
+            "demo",
+            "--out",
+            str(out),
+            "--steps",
+            str(STEPS),
+        ],
+        env=clean_env(RAY_USAGE_STATS_ENABLED="0"),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,
+    )
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, f"demo failed:\n{proc.stdout}\n{proc.stderr}"
+    print(f"demo took {seconds:.1f} s\n{proc.stderr}")
+    return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "seconds": seconds}
+
+
+@pytest.mark.slow
+def test_demo_writes_every_output_and_says_how_to_open_it(demo: dict[str, Any]) -> None:
+    out: Path = demo["out"]
+    for name in ("trace.pftrace", "trace.json.gz", "report.html", "report.json"):
+        assert (out / name).stat().st_size > 1000, name
+    for name in ("trace.pftrace", "trace.json.gz"):
+        manifest = json.loads((out / f"{name}.manifest.json").read_text())
+        assert manifest["output"]["written"] and manifest["counts"]["events_kept"] > 1000
+    text = demo["stdout"]
+    assert 'https://ui.perfetto.dev → "Open trace file" → ' + str(out / "trace.pftrace") in text
+    assert f"rl-trace view {out / 'trace.pftrace'}" in text
+    assert "DEMO WORKLOAD" in text and "Where each step's time went" in text
+    assert "starting a local Ray cluster" in demo["stderr"]  # the progress display
+    assert (out / "collected").is_dir()  # collection over Ray ran
+
+
+@pytest.mark.slow
+def test_demo_report_numbers(demo: dict[str, Any]) -> None:
+    summary = json.loads((demo["out"] / "report.json").read_text())
+    steps = summary["steps"]
+    assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
+    assert [s["profiled"] for s in steps] == [s == 2 for s in range(1, STEPS + 1)]
+    for st in steps:
+        ranks = {(r["role"], r["lane"]): r["time_ns"] for r in st["ranks"]}
+        for lane in ("rank_0", "rank_1"):
+            t = ranks[("trainer", lane)]
+            assert t["log_prob"] > 0 and t["update"] > 0 and t["generation"] == 0
+        for lane in ("replica_0", "replica_1"):
+            t = ranks[("rollout", lane)]
+            assert t["generation"] > 0 and t["weight_sync"] > 0 and t["update"] == 0
+        assert ranks[("trainer", "rank_0")]["weight_sync"] > 0
+        assert st["overlap"]["both_ns"] == 0  # the default demo is synchronous
+        assert all(sum(t.values()) == st["dur_ns"] for t in ranks.values())
+    metrics = {m["name"]: [r["step"] for r in m["steps"]] for m in summary["metrics"]}
+    assert metrics["actor/pg_loss"] == list(range(1, STEPS + 1))
+    assert metrics["critic/rewards/mean"] == list(range(1, STEPS + 1))
+    arts = summary["artifacts"]["by_kind"]
+    assert arts["torch"]["complete"] == 2 and arts["viztracer"]["complete"] == 2
+    assert arts["rl_insight"]["complete"] >= 5  # driver, 2 trainers, 2 rollouts
+    assert summary["clock"]["quality"] in ("exact", "good")
+
+
+@pytest.mark.slow
+@pytest.mark.perfetto
+@pytest.mark.parametrize("name", ["trace.pftrace", "trace.json.gz"])
+def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
+    engine = pytest.importorskip("rl_trace_observer.analysis.perfetto_engine")
+    reason = engine.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    res = engine.shared_engine().load(demo["out"] / name, [STAGE_SQL, SOURCES_SQL])
+    assert res.loaded, res.error
+    assert res.error_stats == (), res.summary()
+    stages = dict(res.query(STAGE_SQL).rows)
+    assert stages == {
+        "global_step": STEPS,
+        "vllm_generate": 2 * STEPS,
+        "actor_compute_log_prob": 2 * STEPS,
+        "actor_update": 2 * STEPS,
+        "update_weights": 4 * STEPS,  # both trainer ranks and both replicas
+    }
+    sources = dict(res.query(SOURCES_SQL).rows)
+    assert sources.get("Torch", 0) > 100 and sources.get("VizTracer", 0) > 100, sources
+    assert res.counters > 0 and res.processes >= 5
+
+
+def test_out_dir_must_be_new_or_empty(tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("taken")
+    res = subprocess.run(
+        [sys.executable, "-m", "rl_trace_observer.cli.main", "demo", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "not an empty directory" in res.stderr
+
+
+# ----------------------------------------------------------------------------- the workload
+def _random_weights(seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    from rl_trace_observer.demo.model import HIDDEN
+
+    def mat() -> list[list[float]]:
+        return [[rng.gauss(0, 0.5) for _ in range(HIDDEN)] for _ in range(VOCAB)]
+
+    return {"e1": mat(), "e2": mat(), "out_w": mat(), "out_b": [rng.gauss(0, 0.1) for _ in range(VOCAB)]}
+
+
+def test_engine_is_deterministic_and_stops_at_eos() -> None:
+    engine = PolicyEngine()
+    engine.load(_random_weights(1), version=3)
+    prompts = prompts_for(1, 0, 16, seed=5)
+    a = engine.generate(prompts, 12, random.Random(9))
+    b = engine.generate(prompts, 12, random.Random(9))
+    assert [s.tokens for s in a] == [s.tokens for s in b]
+    for s in a:
+        gen = s.tokens[PROMPT_LEN:]
+        assert 1 <= len(gen) <= 12 and len(s.rollout_log_probs) == len(gen)
+        assert EOS not in gen[:-1] and s.weight_version == 3
+        assert 0.0 <= s.reward == reward_of(s.tokens) <= 1.0
+
+
+def test_rollout_engine_matches_the_torch_policy() -> None:
+    """The weight-sync format is right: pure-Python inference gives torch's log-probs."""
+    torch = pytest.importorskip("torch")
+    from rl_trace_observer.demo.trainer import TinyPolicy
+
+    policy = TinyPolicy()
+    sd = policy.state_dict()
+    weights = {
+        "e1": sd["e1.weight"].tolist(),
+        "e2": sd["e2.weight"].tolist(),
+        "out_w": sd["out.weight"].tolist(),
+        "out_b": sd["out.bias"].tolist(),
+    }
+    engine = PolicyEngine()
+    engine.load(weights, 0)
+    prev2, prev = torch.tensor([3, 7, 11]), torch.tensor([5, 2, 40])
+    ref = policy(prev2, prev).detach()
+    for i in range(3):
+        logits = engine.logits(int(prev2[i]), int(prev[i]))
+        m = max(logits)
+        log_z = m + math.log(sum(math.exp(v - m) for v in logits))
+        assert [v - log_z for v in logits] == pytest.approx(ref[i].tolist(), abs=1e-5)
+
+
+@pytest.mark.slow
+def test_report_merges_a_run_directory_itself(demo: dict[str, Any], tmp_path: Path) -> None:
+    run_dir = next(p for p in (demo["out"] / "collected").iterdir() if p.is_dir())
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_trace_observer.cli.main",
+            "report",
+            str(run_dir),
+            "-q",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    mine = json.loads((tmp_path / "r.json").read_text())
+    theirs = json.loads((demo["out"] / "report.json").read_text())
+    assert mine["source"]["merged_by_report"] is True
+    for key in ("steps", "stragglers", "metrics", "overlap", "clock"):
+        assert mine[key] == theirs[key], key

@@ -1,0 +1,140 @@
+"""``rl-trace view``: the exact bytes, on 127.0.0.1 only, with the CORS the Perfetto UI needs; Ctrl-C
+stops the command cleanly."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rl_trace_observer.analysis.report_serve import (
+    PERFETTO_ORIGIN,
+    TraceFileServer,
+    deep_link,
+    vizviewer_command,
+    vizviewer_file,
+)
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    p = tmp_path / "run one.pftrace"  # a space: the URL must quote it
+    p.write_bytes(os.urandom(3 << 20) + bytes(range(256)))  # > one copy chunk, every byte value
+    return p
+
+
+def _get(
+    url: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        with opener.open(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def test_serves_exact_bytes_with_cors(trace: Path) -> None:
+    with TraceFileServer(trace) as server:
+        assert server.url == f"http://127.0.0.1:{server.port}/run%20one.pftrace"
+        status, headers, body = _get(server.url, headers={"Origin": PERFETTO_ORIGIN})
+        assert status == 200 and body == trace.read_bytes()
+        assert headers["Access-Control-Allow-Origin"] == PERFETTO_ORIGIN
+        assert headers["Content-Length"] == str(trace.stat().st_size)
+        status, headers, _ = _get(server.url, "OPTIONS", {"Origin": PERFETTO_ORIGIN})
+        assert status == 204 and headers["Access-Control-Allow-Private-Network"] == "true"
+        status, headers, body = _get(server.url, "HEAD")
+        assert status == 200 and body == b""
+
+
+def test_serves_nothing_else(trace: Path) -> None:
+    (trace.parent / "secret.txt").write_text("no")
+    with TraceFileServer(trace) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/", "/secret.txt", "/../secret.txt", "/run%20one.pftrace/..", "/%2e%2e/secret.txt"):
+            assert _get(base + path)[0] == 404, path
+
+
+def _other_local_address() -> str | None:
+    """An address of this machine that is not loopback (None when it has none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET: nothing is sent for UDP connect
+            addr = str(s.getsockname()[0])
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_binds_loopback_only(trace: Path) -> None:
+    with TraceFileServer(trace) as server:
+        assert server.httpd.socket.getsockname()[0] == "127.0.0.1"
+        other = _other_local_address()
+        if other is not None:  # the same port on the machine's own LAN address must refuse
+            with pytest.raises(OSError), socket.create_connection((other, server.port), timeout=5):
+                pass
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+            pass
+
+
+def test_deep_link_and_viewer_hints(trace: Path) -> None:
+    assert (
+        deep_link("http://127.0.0.1:1/x.pftrace")
+        == "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:1/x.pftrace"
+    )
+    assert vizviewer_file(trace) is None  # no JSON sibling
+    sibling = trace.with_name("run one.json.gz")
+    sibling.write_bytes(b"")
+    assert vizviewer_file(trace) == sibling
+    cmd = vizviewer_command(trace)
+    assert cmd is not None and cmd.endswith("'" + str(sibling) + "'") and "vizviewer" in cmd
+
+
+def test_cli_prints_link_serves_and_stops_on_ctrl_c(trace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_trace_observer.cli.main", "view", str(trace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("ui.perfetto.dev" in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, lines
+            lines.append(proc.stdout.readline())
+        link = next(ln.strip() for ln in lines if "ui.perfetto.dev" in ln)
+        m = re.fullmatch(
+            r"https://ui\.perfetto\.dev/#!/\?url=(http://127\.0\.0\.1:\d+/run%20one\.pftrace)", link
+        )
+        assert m, link
+        assert _get(m.group(1))[2] == trace.read_bytes()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Stopped." in err and "Traceback" not in err
+
+
+def test_cli_missing_file(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "rl_trace_observer.cli.main", "view", str(tmp_path / "nope.pftrace")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1 and "nope.pftrace" in res.stderr and res.stderr.count("\n") == 1
