@@ -27,9 +27,10 @@ def install() -> dict[str, bool]:
         from ...config import load
 
         cfg = load()
-        if cfg.viztracer:
-            from . import hooks
+        from . import hooks
 
+        installed.update(hooks.install_capture_hooks(cfg))  # step markers, torch traces (not DistProfiler)
+        if cfg.viztracer:
             installed["viztracer"] = hooks.install_viztracer_window(cfg)
     except Exception as exc:
         log.error("[rl-trace-observer] VERL hooks not installed: %s", exc)
