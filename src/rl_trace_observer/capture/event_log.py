@@ -5,8 +5,9 @@ RL-Insight's own bookkeeping — and an open-append-close backend costs ~15 µs.
 collected in memory and written in one ``write`` per batch, whole lines only: a daemon thread,
 woken by the first line of a batch, writes the batch ~2 ms later; a batch that reaches ``max_bytes``
 or whose oldest line is ``max_delay_s`` old is written inline. What a SIGKILL can lose is bounded by
-time: typically the last ~2 ms, at most ``max_delay_s`` (100 ms) when the flusher is starved. Nothing written earlier is ever cut, because
-every ``write`` carries complete lines on an ``O_APPEND`` descriptor.
+time: typically the last ~2 ms, at most ``max_delay_s`` (100 ms) when the flusher is starved.
+Nothing written earlier is ever cut, because every ``write`` carries complete lines on an
+``O_APPEND`` descriptor.
 
 After ``fork`` the child drops the parent's pending lines (the parent writes them) and its
 descriptor; the recorder then opens the child's own file under the child's pid.
