@@ -1,0 +1,97 @@
+"""What the merge pipeline calls for per-artifact alignment, on its own ``Event`` structs.
+
+:mod:`.pair_align` estimates and :mod:`.pair_extract` pairs events given as dicts; inside the merge,
+events are :class:`.model.Event` structs whose ``ts``/``dur`` are integer ns (or, on the fused fast
+path, still the source's µs: ``deferred``) and whose ``args`` are raw JSON. These helpers bridge the
+two without parsing more than the few events that pair, and stack the result on the per-host
+correction the ``correct_time`` pass applies (:class:`.passes.TimeCorrection`).
+
+Order of corrections: pairs are measured on the reader's raw timeline (anchor + µs, before any
+correction), so the pair correction maps B's clock onto A's first and the host correction, shared by
+both, follows: ``host(pair(ts))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from .model import Event, Problem, us_to_ns
+from .pair_align import PairAlignment, PairCorrection, chain
+from .passes import TimeCorrection
+
+__all__ = ["as_span_dicts", "clock_problems", "proton_scope_starts_of", "stack"]
+
+
+class _ScopeArgs(msgspec.Struct, gc=False):
+    scope_id: Any = None
+
+
+_ARGS = msgspec.json.Decoder(_ScopeArgs)
+
+
+def _ns(value: Any, anchor_ns: int, deferred: bool) -> int:
+    return anchor_ns + us_to_ns(value) if deferred else int(value)
+
+
+def proton_scope_starts_of(
+    events: Iterable[Event], anchor_ns: int, *, deferred: bool
+) -> dict[int, list[int]]:
+    """scope_id → raw start ns of the Proton kernel scopes among a file's events (``cat: "scope"``).
+
+    ``deferred``: the events still hold the source's µs (:attr:`..readers.base.ReadResult.deferred`);
+    ``anchor_ns`` is then the reader's anchor, else ignored. Events whose ``args`` do not decode, or
+    carry no integer ``scope_id``, are not paired (the scope link pass skips them too).
+    """
+    out: dict[int, list[int]] = {}
+    for e in events:
+        if e.cat != "scope" or e.ph != "X" or e.args is UNSET:
+            continue
+        try:
+            sid = _ARGS.decode(e.args).scope_id
+        except msgspec.DecodeError:
+            continue
+        if sid.__class__ is not int or e.ts is UNSET:
+            continue
+        out.setdefault(sid, []).append(_ns(e.ts, anchor_ns, deferred))
+    return out
+
+
+def as_span_dicts(
+    events: Iterable[Event], anchor_ns: int, *, deferred: bool, cats: Collection[str]
+) -> list[dict[str, Any]]:
+    """Complete events of ``cats`` as ``{"ph", "cat", "name", "ts_ns", "dur_ns"}`` for
+    :func:`.pair_extract.stage_pairs` (e.g. ``{"user_annotation"}`` of a Torch trace, ``{"rl_insight"}``
+    of an event log). Only those events are converted: a few per stage, not the whole file."""
+    out = []
+    for e in events:
+        if e.ph != "X" or e.cat not in cats or e.ts is UNSET or e.dur is UNSET:
+            continue
+        dur = us_to_ns(e.dur) if deferred else int(e.dur)
+        out.append(
+            {"ph": "X", "cat": e.cat, "name": e.name, "ts_ns": _ns(e.ts, anchor_ns, deferred), "dur_ns": dur}
+        )
+    return out
+
+
+def stack(host: TimeCorrection, pair: PairCorrection | None) -> TimeCorrection:
+    """The artifact's correction: its pair correction first, then its host's.
+
+    Two constants stay one integer (the fused fast path keeps working); a drift line makes it a
+    function (``fn``), which the ``correct_time`` pass applies per event: a caller on the fast path
+    must then leave it (see the wiring in the issue-8 report).
+    """
+    if pair is None:
+        return host
+    method = f"{host.method}+pairs"
+    if host.fn is None and pair.constant_ns is not None:
+        return TimeCorrection(offset_ns=host.offset_ns - pair.constant_ns, method=method)
+    return TimeCorrection(fn=chain(pair, host), method=method)
+
+
+def clock_problems(alignment: PairAlignment) -> list[Problem]:
+    """The alignment's problems as manifest :class:`.model.Problem` entries (kind ``clock``)."""
+    return [Problem("clock", str(p["path"]), str(p["detail"])) for p in alignment.problems]
