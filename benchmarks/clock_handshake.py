@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=8)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="clock-bench-"))
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         run(out, args.steps, args.processes)
     finally:

@@ -66,7 +66,7 @@ class TracedProcess(rcs.ClockResponderMixin):
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)  # our own cluster
     try:
         yield
     finally:

@@ -101,6 +101,27 @@ def test_demo_report_numbers(demo: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str, Any]) -> None:
+    """The profiled step's boundaries are measured over Ray (the node responder is started before the
+    step, the measurements flushed before collection), and the responder's record, which never
+    wrote an event, names no event log anybody expects: the merge is clean."""
+    out: Path = demo["out"]
+    records = [json.loads(p.read_text()) for p in (out / "run").glob("rl-trace-process-*.json")]
+    (responder,) = [r for r in records if r["role"] == "clock_sync"]
+    assert responder["events"]["written"] == 0 and len(responder["clock_offsets"]) >= 1
+    assert {m["step"] for m in responder["clock_offsets"]} == {2}  # the profiled step
+    for name in ("trace.pftrace", "trace.json.gz"):
+        manifest = json.loads((out / f"{name}.manifest.json").read_text())
+        assert manifest["status"] == "ok" and manifest["problems"] == [], manifest["problems"]
+        clock = manifest["timeline"]["clock"]
+        assert clock["mode"] == "aligned"
+        (host,) = clock["hosts"].values()  # one host: the reference, measured against itself
+        assert host["method"] == "reference" and host["samples_total"] >= 1
+        assert host["self_check"]["zero_within_bound"]
+    assert "collection reported" not in demo["stdout"]
+
+
+@pytest.mark.slow
 @pytest.mark.perfetto
 @pytest.mark.parametrize("name", ["trace.pftrace", "trace.json.gz"])
 def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,26 @@ EVENT_LOG_NAME = "rl-insight-{host}-pid-{pid}.chrome.jsonl"
 PROCESS_RECORD_NAME = "rl-trace-process-{host}-pid-{pid}.json"
 SOURCE_LABEL = "RL-Insight"
 MAX_CLOCK_SNAPSHOTS = 512  # a long run's step boundaries must not grow the record without bound
+
+
+def expected_event_log(record: Mapping[str, Any]) -> str | None:
+    """The event log a process record promises to exist, or ``None`` when it promises none.
+
+    Every record names its event log, but the file is created by the first event only: a process
+    that never recorded one (a clock responder, an idle worker) names a file that was never
+    written. ``events == {"written": 0, "dropped": 0}`` says so; a record without usable counts,
+    or one whose events were dropped (the log could not be opened), still expects it. Collectors
+    and mergers ask here instead of reporting such a log as missing.
+    """
+    name = record.get("event_log")
+    if not isinstance(name, str) or not name:
+        return None
+    events = record.get("events")
+    if isinstance(events, Mapping) and all(
+        type(events.get(k)) is int and events.get(k) == 0 for k in ("written", "dropped")
+    ):
+        return None
+    return name
 
 
 class Recorder:
@@ -326,15 +347,21 @@ def _after_fork_in_child() -> None:
     _RECORDER, _CHECKED = None, False  # the child gets its own files under its own pid on first use
 
 
-def configure(config: config_mod.Config | None = None, clock: Clock = SYSTEM_CLOCK) -> Recorder | None:
-    """Create this process's recorder now (``None`` when capture is off); replaces an earlier one."""
+def configure(
+    config: config_mod.Config | None = None, clock: Clock = SYSTEM_CLOCK, *, host: str | None = None
+) -> Recorder | None:
+    """Create this process's recorder now (``None`` when capture is off); replaces an earlier one.
+
+    ``clock`` and ``host`` exist for tests that play several hosts on one machine (a shifted clock
+    per simulated host); in production both are left out.
+    """
     global _RECORDER, _CHECKED, _FORK_HOOK_INSTALLED
     cfg = config if config is not None else config_mod.load()
     for problem in cfg.problems:
         log.warning("[rl-trace-observer] pid %s: %s", os.getpid(), problem)
     with _SINGLETON_LOCK:
         old = _RECORDER
-        _RECORDER, _CHECKED = (Recorder(cfg, clock) if cfg.capture_enabled else None), True
+        _RECORDER, _CHECKED = (Recorder(cfg, clock, host=host) if cfg.capture_enabled else None), True
         if not _FORK_HOOK_INSTALLED:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             atexit.register(_close_at_exit)

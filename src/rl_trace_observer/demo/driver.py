@@ -41,13 +41,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _clock_boundary(step: int, phase: str) -> None:
-    """Clock offsets at profiled step boundaries, when the clock-sync integration is present."""
+def _clock_sync() -> Any:
+    """The clock-sync integration, or None when this build lacks it."""
     try:
-        from ..integrations.ray.clock_sync import on_step_boundary
+        from ..integrations.ray import clock_sync
     except ImportError:
-        return
-    on_step_boundary(step, phase)
+        return None
+    return clock_sync
+
+
+def _clock_boundary(step: int, phase: str) -> None:
+    """Clock offsets at profiled step boundaries (measured in the background, never blocking)."""
+    sync = _clock_sync()
+    if sync is not None:
+        sync.on_step_boundary(step, phase)
+
+
+def _clock_prepare() -> None:
+    """Start the per-node clock responders before the first profiled step: an actor takes seconds
+    to start, and a responder still starting at a boundary is simply not measured there."""
+    sync = _clock_sync()
+    if sync is not None:
+        sync.prepare(timeout_s=60.0)
+
+
+def _clock_flush() -> None:
+    """Wait for the background measurements and for the responders to store them, so they are in
+    the process records before collection and before Ray shuts down."""
+    sync = _clock_sync()
+    if sync is not None:
+        sync.flush(timeout_s=30.0)
+        sync.reset()  # stops the background thread; the responders' records are complete
 
 
 def _advantages(samples: list[Sample]) -> float:
@@ -154,6 +178,8 @@ def run_loop(ray: Any, cfg: DemoConfig, progress: Progress) -> LoopResult:
     )
     try:
         result.actor_pids = loop.start()
+        if result.profiled_steps:
+            _clock_prepare()
         pending: list[Any] | None = None
         for step in range(1, cfg.steps + 1):
             progress(f"step {step}/{cfg.steps}" + (" (profiled)" if step in cfg.profile_steps else ""))
@@ -161,6 +187,7 @@ def run_loop(ray: Any, cfg: DemoConfig, progress: Progress) -> LoopResult:
         progress("stopping actors")
         loop.shutdown()
     finally:
+        _clock_flush()
         observe.finish()
     result.seconds = time.monotonic() - t0
     return result

@@ -233,7 +233,7 @@ def _build_hosts(
         jumps = _jumps_of(recs.get(name, []))
         windows = profiled_windows(recs.get(name, []))
         if name == ref_host:
-            hosts[name] = HostClock.reference(name, jumps, windows)
+            hosts[name] = HostClock.reference(name, jumps, windows, by_host.get(name))
             continue
         ms = by_host.get(name, [])
         corr = _correction(ms, jumps, tol) if ms else None
@@ -278,6 +278,15 @@ def _host_problems(cp: ClockPlan, measured: bool) -> None:
                         name,
                     )
                 )
+        check = hc.self_check
+        if check is not None and not check["zero_within_bound"]:
+            cp.problems.append(
+                _problem(
+                    f"host {name}: responders on the reference host measured its own clock "
+                    f"{check['offset_range_ns']} ns off, outside their bound: the measurement is unreliable",
+                    name,
+                )
+            )
         for pid, jump, inside in hc.jumps:
             if inside:
                 cp.problems.append(

@@ -221,9 +221,32 @@ class HostClock:
 
     @classmethod
     def reference(
-        cls, name: str, jumps: list[tuple[int | None, WallJump]], windows: list[tuple[int, float]]
+        cls,
+        name: str,
+        jumps: list[tuple[int | None, WallJump]],
+        windows: list[tuple[int, float]],
+        own: list[Measurement] | None = None,
     ) -> HostClock:
-        return cls(name, "reference", [], IDENTITY, None, cls._mark(jumps, windows), bool(windows))
+        """The reference host: never corrected. ``own`` are measurements of responders on this very
+        host (the node responder beside the reference process): the same clock, so they must find
+        0 within their bound — a check of the measurement itself, reported in ``self_check``."""
+        return cls(
+            name, "reference", list(own or []), IDENTITY, None, cls._mark(jumps, windows), bool(windows)
+        )
+
+    @property
+    def self_check(self) -> dict[str, Any] | None:
+        """Reference host only: how far its own measurements put it from itself (0 within bound)."""
+        if self.method != "reference" or not self.measurements:
+            return None
+        pts = [m.point for m in self.measurements]
+        worst = max(pts, key=lambda p: abs(p.offset_ns) - p.uncertainty_ns)
+        return {
+            "samples": len(pts),
+            "offset_range_ns": [min(p.offset_ns for p in pts), max(p.offset_ns for p in pts)],
+            "uncertainty_range_ns": [min(p.uncertainty_ns for p in pts), max(p.uncertainty_ns for p in pts)],
+            "zero_within_bound": abs(worst.offset_ns) <= worst.uncertainty_ns,
+        }
 
     @classmethod
     def measured(
@@ -290,4 +313,5 @@ class HostClock:
                 for pid, j, ins in self.jumps
             ],
             "profiled_windows_known": self.windows_known,
+            **({"self_check": self.self_check} if self.self_check is not None else {}),
         }

@@ -33,7 +33,7 @@ def decompressobj() -> Any:
     return zlib.decompressobj(31)
 
 
-def deflate_piece(data: bytes) -> tuple[bytes, int, int]:
+def deflate_piece(data: bytes | bytearray) -> tuple[bytes, int, int]:
     """Raw deflate of ``data`` ending in a sync flush: (piece, crc32, length)."""
     lib: Any = _fast if _fast is not None else zlib
     comp = lib.compressobj(LEVEL, lib.DEFLATED, -15)
@@ -41,7 +41,7 @@ def deflate_piece(data: bytes) -> tuple[bytes, int, int]:
     return out, crc32(data), len(data)
 
 
-def crc32(data: bytes, value: int = 0) -> int:
+def crc32(data: bytes | bytearray, value: int = 0) -> int:
     return (_fast.crc32(data, value) if _fast is not None else zlib.crc32(data, value)) & 0xFFFFFFFF
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .planning import Plan, PlannedArtifact
 from .sources import GZIP_MAGIC, Source
-from .worker import Job, JobResult, Outcome, Task, run_job
+from .worker import Job, JobResult, Outcome, Task, init_worker, run_job
 from .writers.chrome_json import ChromeJsonWriter, metadata_events
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def build_jobs(
 ) -> list[Job]:
     index = {id(a): i for i, a in enumerate(plan.artifacts)}
     planned = {k: p.merged_pid for k, p in plan.processes.items()}
-    titles = {p.merged_pid: p.label for p in plan.processes.values()}
+    titles = clock.titles(plan)  # process labels, with each host's clock correction
     groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
     singles: list[list[PlannedArtifact]] = []
     for art in plan.selected():
@@ -135,7 +135,7 @@ def _results(jobs: list[Job], workers: int, auto: bool, progress: Any) -> Iterat
         return
     methods = multiprocessing.get_all_start_methods()
     mp = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with mp.Pool(workers) as pool:
+    with mp.Pool(workers, initializer=init_worker) as pool:
         pending: deque[tuple[Job, Any]] = deque()
         queue = deque(jobs)
         inflight = 0
@@ -164,7 +164,7 @@ def run_all(
 
     jobs = build_jobs(plan, clock, fmt, base, windows, opts)
     workers = default_workers() if opts.workers is None else opts.workers
-    state = RunState(base, titles={p.merged_pid: p.label for p in plan.processes.values()})
+    state = RunState(base, titles=clock.titles(plan))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
@@ -183,6 +183,8 @@ def run_all(
                     _add_stats(state.writer_stats, res.writer_stats)
             if writer is not None:
                 writer.close(_metadata(state))
+            else:  # .pftrace: packets are self-contained; the clock statement is one more
+                f.write(clock.pftrace_metadata())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, out)
@@ -199,7 +201,12 @@ def run_all(
 def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | None:
     if fmt == "pftrace":
         return None
-    header = {"schema": TRACE_SCHEMA, "base_ns": base, "clock": clock.section.get("mode", "wall")}
+    header = {
+        "schema": TRACE_SCHEMA,
+        "base_ns": base,
+        "clock": clock.section.get("mode", "wall"),
+        "clock_alignment": clock.trace_metadata(),  # method, worst uncertainty, reference
+    }
     return ChromeJsonWriter(f, gzip=fmt == "json.gz", header=header)
 
 

@@ -1,13 +1,16 @@
-"""The common case in ONE loop: reader time conversion + constant clock offset + identity remap + the
-JSON writer's µs conversion, for Chrome-JSON output with no time filters.
+"""The common case in ONE loop: the reader's time conversion, a constant clock offset, the identity
+remap, the JSON writer's µs conversion, phase counts, flow/async id namespacing and TokenSpeed's scope
+links — for Chrome-JSON output with no time filters.
 
-Why: each pass over a file costs ~0.1-0.3 µs per event in Python, as much as decoding it; the
-general path (:func:`..readers.chrome_json.normalise` → :data:`..passes.PASSES` → writer) walks the
-events four times. The result is identical — ``tests/test_merge_properties.py`` checks the two
-paths against each other — and it stays exact: ``y = (ts_us + q) * 1000 + r`` with
-``anchor + offset - base = q * 1000 + r`` recovers the integer ns the source wrote (both
-operands are within 2**43 µs, the sum within ``_EXACT_NS``), then ``y / 1000`` is printed with at most
-3 decimals. Events outside that range take the exact integer route.
+Why: each pass over a file costs ~0.1-0.5 µs per event in Python, as much as decoding it; the general
+path (:func:`..readers.chrome_json.normalise` → :data:`..passes.PASSES` → writer) walks the events
+five times and ``collections.Counter`` a sixth. The result is identical — ``tests/test_merge_properties.py``
+checks the two paths against each other — and it stays exact: ``y = (ts_us + q) * 1000 + r`` with
+``anchor + offset - base = q * 1000 + r`` recovers the integer ns the source wrote (both operands are
+within 2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
+subtracting ``_ROUNDER`` (1.5 * 2**52: the sum has a spacing of exactly 1, so the FPU rounds for us,
+without a function call), then ``y / 1000`` is printed with at most 3 decimals. Events outside that
+range take the exact integer route.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from typing import Any
 
 from msgspec import UNSET
 
+from .flowspace import FlowSpace, scope_ends
 from .model import Event, us_to_ns
-from .passes import IdentityMapper
+from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext
 from .readers.base import ReadResult
 from .readers.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
-_FLOWS = frozenset("stfben")
+_ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R == round(x) for |x| < 2**51
+_FAST_DUR = 1 << 50  # durations below this round with _ROUNDER; above, with round()
+_OTHER_FLOWS = frozenset("ben")
+_NO_CHAIN = object()
 
 
 def to_output(
@@ -32,43 +39,63 @@ def to_output(
     source_ns: bool,
     shift_ns: int,
     mapper: IdentityMapper,
-) -> tuple[list[Event], list[Event], int | None, int | None]:
+    ctx: PassContext,
+) -> tuple[list[Event], dict[str, int], int | None, int | None]:
     """Events in source units (µs, or ns when ``source_ns``) → output µs relative to the base.
 
-    ``shift_ns`` = anchor + clock offset − base. Returns (kept events, the flow/async ones among
-    them for :func:`..passes.namespace_ids`, min and max start in ns relative to the base).
+    ``shift_ns`` = anchor + clock offset − base. Returns (kept events, their phase counts, min and max
+    start in ns relative to the base); ``ctx.stats`` gets what the namespacing and scope passes count.
     """
-    q, r = divmod(shift_ns, 1000)
-    known, flows_ph, unset, exact, top = KNOWN_PHASES, _FLOWS, UNSET, _EXACT_NS, MAX_TS_NS
+    for e in [e for e in events if e.ph == "M"]:  # names first: identities depend on them
+        result.metadata += 1
+        _metadata(e, result)
+    q, rr, scale = _time_constants(shift_ns, source_ns)
+    known, unset, rounder = KNOWN_PHASES, UNSET, _ROUNDER
+    exact, fast_dur, k = float(_EXACT_NS), float(_FAST_DUR), 1000.0
     out: list[Event] = []
-    flows: list[Event] = []
-    append, append_flow = out.append, flows.append
-    cache: dict[tuple[object, object], tuple[int, int]] = {}
+    append = out.append
+    counts: dict[str, int] = {}
+    n_s = n_t = n_f = 0
+    by_tid: dict[object, tuple[object, int, int]] = {}  # source tid -> (source pid, merged pid, tid)
     last_pid: object = unset
     last_tid: object = unset
     mpid = mtid = 0
     lo, hi = exact, -exact
     bad = 0
+    # namespace_ids' v1 chains, inlined: {(cat, name): {id: [new id, has start, has end, events]}}
+    v1, other_flows, space = _FLOW_V1, _OTHER_FLOWS, FlowSpace(ctx)
+    scope_cat, scope_name = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
+    chains: dict[tuple[Any, Any], dict[Any, list[int]]] = {}
+    chain: dict[Any, list[int]] = {}
+    lcat: Any = _NO_CHAIN
+    lname: Any = _NO_CHAIN
+    base, n, links, unpaired = ctx.namespace << _SEQ_BITS, 0, 0, 0
+    scoped: list[Event] | None = [] if ctx.collect_scopes else None
     for e in events:
         ph = e.ph
-        if ph == "M":
-            result.metadata += 1
-            _metadata(e, result)
-            continue
+        is_x = ph == "X"
+        if not is_x:
+            if ph == "M":
+                continue
+            if ph not in known:
+                bad += 1
+                continue
         try:
             ts: Any = e.ts
-            y: int = ts + shift_ns if source_ns else round((ts + q) * 1000 + r)
-            if not -exact < y < exact:
+            y: Any = (ts + q) * scale + rr - rounder  # round((ts + q) * 1000 + r), see the docstring
+            if -exact < y < exact:
+                t_out = y / k
+            else:
                 y = _exact(ts, shift_ns, source_ns)
+                t_out = y / 1000  # int / int: correctly rounded whatever the size
             d: Any = e.dur
             if d is not unset:
-                if not source_ns:
-                    d = round(d * 1000)
-                if not 0 <= d < top:
-                    raise ValueError
-                e.dur = d / 1000
-            if ph not in known:
-                raise ValueError
+                dn = d * scale + rounder - rounder
+                if not 0.0 <= dn < fast_dur:
+                    dn = round(d * scale)
+                    if not 0 <= dn < MAX_TS_NS:
+                        raise ValueError
+                e.dur = dn / k
         except (ValueError, TypeError, OverflowError):
             bad += 1
             continue
@@ -76,25 +103,89 @@ def to_output(
             lo = y
         if y > hi:
             hi = y
-        e.ts = y / 1000
+        e.ts = t_out
         pid = e.pid
         tid = e.tid
         if tid != last_tid or pid != last_pid:
-            key = (pid, tid)
-            found = cache.get(key)
-            if found is None:
-                found = cache[key] = mapper.resolve(pid, tid)
+            found = by_tid.get(tid)
+            if found is None or found[0] != pid:
+                found = by_tid[tid] = (pid, *mapper.resolve(pid, tid))
             last_pid, last_tid = pid, tid
-            mpid, mtid = found
+            _, mpid, mtid = found
         e.pid = mpid
         e.tid = mtid
+        if is_x:
+            if e.bind_id is not unset:
+                space.bind(e)
+            if scoped is not None and e.cat == "scope" and e.args is not unset:
+                scoped.append(e)
+            append(e)
+            continue
+        fid = e.id
+        if ph in v1 and fid is not unset:
+            cat = e.cat
+            name = e.name
+            if cat == scope_cat and name == scope_name:
+                if not space.scope_start(e, ph, fid):
+                    continue
+                counts[ph] = counts.get(ph, 0) + 1
+                append(e)
+                continue
+            if cat != lcat or name != lname:
+                chain = chains.setdefault((cat, name), {})
+                lcat, lname = cat, name
+            st = chain.get(fid)
+            if st is None:
+                n += 1
+                st = chain[fid] = [base | n, 0, 0, 0]
+            elif (ph == "s" and st[1]) or (ph == "f" and st[2]):  # a second start (or end): a new flow
+                if st[1] and st[3] > 1:
+                    links += st[3] - 1
+                else:
+                    unpaired += st[3]
+                n += 1
+                st[0], st[1], st[2], st[3] = base | n, 0, 0, 0
+            if ph == "s":
+                st[1] = 1
+                n_s += 1
+            elif ph == "f":
+                st[2] = 1
+                n_f += 1
+            else:
+                n_t += 1
+            st[3] += 1
+            e.id = st[0]
+            if e.bind_id is not unset:
+                space.bind(e)
+            append(e)
+            continue
+        if (ph in v1 or ph in other_flows or e.bind_id is not unset) and not space.add(e, ph):
+            continue
+        counts[ph] = counts.get(ph, 0) + 1
         append(e)
-        if ph in flows_ph or e.bind_id is not unset:
-            append_flow(e)
     result.dropped += bad
+    space.finish(chains, links, unpaired)
+    for ph, c in (("s", n_s), ("t", n_t), ("f", n_f)):
+        counts[ph] = counts.get(ph, 0) + c
+    counts["X"] = len(out) - sum(counts.values())
+    if scoped is not None:
+        scope_ends(scoped, out, counts, ctx)
+    counts = {ph: c for ph, c in counts.items() if c}
     if not out:
-        return out, flows, None, None
-    return out, flows, lo, hi
+        return out, counts, None, None
+    return out, counts, int(lo), int(hi)
+
+
+def _time_constants(shift_ns: int, source_ns: bool) -> tuple[Any, Any, Any]:
+    """(q, r + _ROUNDER, scale) for ``y = (ts + q) * scale + (r + _ROUNDER) - _ROUNDER``.
+
+    Floats for µs sources: float-with-int arithmetic and comparisons take CPython's slow paths.
+    Ints for ns sources (absolute epoch ns exceed 2**53): ``ts + shift`` stays exact.
+    """
+    if source_ns:
+        return shift_ns, _ROUNDER, 1
+    q, r = divmod(shift_ns, 1000)
+    return float(q), r + _ROUNDER, 1000.0
 
 
 def _exact(ts: float | int, shift_ns: int, source_ns: bool) -> int:

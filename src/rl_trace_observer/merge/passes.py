@@ -134,12 +134,19 @@ def correct_time(events: list[Event], ctx: PassContext) -> list[Event]:
         for e in events:
             e.ts += off  # type: ignore[operator]
         return events
+    negative = 0  # a correction that is not monotonic (across a wall-clock jump) can invert a span
     for e in events:
         ts: Any = e.ts
         start = corr(ts)
         if e.dur is not UNSET:
-            e.dur = max(0, corr(ts + e.dur) - start)
+            dur = corr(ts + e.dur) - start
+            if dur < 0:
+                negative += 1
+                dur = 0
+            e.dur = dur
         e.ts = start
+    if negative:
+        ctx.count("negative_durations", negative)  # reported by the clock causality checks
     return events
 
 

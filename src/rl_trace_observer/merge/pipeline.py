@@ -126,7 +126,7 @@ def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, mani
     for _ in range(_MAX_REBASES + 1):
         eff = _effective_windows(windows, opts.time_window, base)
         try:
-            return run_all(plan, clock, fmt, out, base, eff, opts)
+            state = run_all(plan, clock, fmt, out, base, eff, opts)
         except Rebase as rb:
             plan.problems.append(
                 Problem(
@@ -136,6 +136,9 @@ def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, mani
                 )
             )
             base = _floor_s(rb.min_ns)
+            continue
+        plan.problems.extend(clock.check_causality(plan, state.outcomes))  # from the workers' summaries
+        return state
     raise RuntimeError("could not find a timeline base below every event")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING, Any
 
+from ..capture.recorder import expected_event_log
 from .model import Problem, ProcessInfo, ProcessKey
 
 if TYPE_CHECKING:
@@ -44,7 +45,10 @@ def _entries(record: dict[str, Any]) -> list[dict[str, Any]]:
     out = [e for e in record.get("artifacts") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)]
     log = record.get("event_log")
     if isinstance(log, str) and log:
-        out.append({"path": log, "kind": "rl_insight"})
+        # A record that wrote no event names a log that was never created: link it if it is
+        # there (the record may predate its first event), never report it missing.
+        optional = expected_event_log(record) is None
+        out.append({"path": log, "kind": "rl_insight", **({"optional": True} if optional else {})})
     return out
 
 
@@ -61,7 +65,8 @@ def link_records(plan: Plan) -> None:
             target = posixpath.normpath(raw if raw.startswith("/") else posixpath.join(folder, raw))
             art = by_path.get((rec_art.source.protocol, target))
             if art is None:
-                _report_absent(plan, rec_art.info.path, raw, folder, target, entry)
+                if not entry.get("optional"):
+                    _report_absent(plan, rec_art.info.path, raw, folder, target, entry)
                 continue
             if art.info.kind == "process_record":
                 continue

@@ -1,6 +1,6 @@
 """Finding input files (local paths, directories, fsspec URLs) and reading them exactly once.
 
-Every byte of an input is read in one streaming pass that feeds both SHA-256 and the gzip
+Every byte of an input is read once, and those same bytes feed both SHA-256 and the gzip
 decompressor, so the manifest's checksum costs no second read. Gzip is recognised by its magic
 bytes, never by the file name; a stream that ends early is reported as incomplete and what was
 decompressed before the cut is still returned (the reader may salvage whole events from it).
@@ -20,8 +20,8 @@ import fsspec
 from .compress import decompressobj
 
 HEAD_BYTES = 64 * 1024
-READ_BLOCK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+_SALVAGE_BLOCK = 1 << 20
 
 
 class InputError(ValueError):
@@ -145,35 +145,34 @@ def fingerprint(source: Source, block: int = HEAD_BYTES) -> str:
 
 
 def read_content(source: Source) -> Content:
-    """Read the whole file once: SHA-256 of the stored bytes plus the decompressed data."""
+    """Read the whole file once: SHA-256 of the stored bytes plus the decompressed data.
+
+    One ``read()`` and one inflate call: the size is known, and reading in blocks only to join them
+    afterwards copies every byte once more (and holds it twice).
+    """
     digest = hashlib.sha256()
-    chunks: list[bytes] = []
-    dec: Any = None
-    first = True
-    complete, error = True, None
     try:
         with source.open() as f:
-            while True:
-                block = f.read(READ_BLOCK)
-                if not block:
-                    break
-                digest.update(block)
-                if first:
-                    first = False
-                    if block.startswith(GZIP_MAGIC):
-                        dec = decompressobj()
-                if dec is None:
-                    chunks.append(block)
-                    continue
-                dec, more = _inflate(dec, block, chunks)
-                if more is not None:
-                    complete, error = False, more
-                    break
+            raw = f.read()
     except Exception as exc:  # an unreadable file still yields a manifest entry
-        return Content(b"".join(chunks), digest.hexdigest(), False, f"unreadable: {exc}")
-    if dec is not None and complete and not dec.eof:
-        complete, error = False, "gzip stream is truncated (no end-of-stream marker)"
-    return Content(b"".join(chunks), digest.hexdigest(), complete, error)
+        return Content(b"", digest.hexdigest(), False, f"unreadable: {exc}")
+    digest.update(raw)
+    if not raw.startswith(GZIP_MAGIC):
+        return Content(raw, digest.hexdigest(), True)
+    chunks: list[bytes] = []
+    dec, error = _inflate(decompressobj(), raw, chunks)
+    if error is not None:  # corrupt somewhere: salvage what inflates before the bad block
+        chunks.clear()
+        dec = decompressobj()
+        for at in range(0, len(raw), _SALVAGE_BLOCK):
+            dec, error = _inflate(dec, raw[at : at + _SALVAGE_BLOCK], chunks)
+            if error is not None:
+                break
+    del raw
+    if error is None and not dec.eof:
+        error = "gzip stream is truncated (no end-of-stream marker)"
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return Content(data, digest.hexdigest(), error is None, error)
 
 
 def _inflate(dec: Any, block: bytes, out: list[bytes]) -> tuple[Any, str | None]:

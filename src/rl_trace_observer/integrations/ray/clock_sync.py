@@ -16,30 +16,32 @@ round trips and bounds are tighter); a synchronous ``measure`` pings all targets
 Either ends within its time budget whatever happens (a busy or dead target is skipped this time),
 and everything is skipped quietly when Ray is absent or not initialised, or when capture is off.
 
-API: ``on_step_boundary(step, phase)``, ``flush()`` before ``ray.shutdown()``, ``clock_sync()`` (the
-process's ``ClockSync``: ``add_target``, ``measure``, ``measure_soon``, ``last_result``),
+API: ``prepare()`` once before the first profiled step (starts the node responders, which take
+seconds), ``on_step_boundary(step, phase)``, ``flush()`` before collecting or ``ray.shutdown()``,
+``clock_sync()`` (the process's ``ClockSync``: ``add_target``, ``measure``, ``measure_soon``,
+``last_result``),
 ``measure_offsets(targets, ...)``; responders are re-exported from ``clock_responder``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...capture import get_recorder
-from ...capture.clock import SYSTEM_CLOCK, Clock, snapshot
-from ...capture.clock_sync import Exchange, estimate_offset
-from ...capture.identity import hostname
+from ...capture.clock import snapshot
 from ...capture.recorder import Recorder
+from .clock_measure import (
+    DEFAULT_BUDGET_MS,
+    DEFAULT_ROUNDS,
+    MeasureResult,
+    measure_offsets,
+)
 from .clock_responder import (
     NAMESPACE,
     PING,
-    RECORD,
     ClockResponderMixin,
     NodeClockResponder,
     ensure_node_responders,
@@ -59,142 +61,16 @@ __all__ = [
     "flush",
     "measure_offsets",
     "on_step_boundary",
+    "prepare",
     "reply",
     "reset",
     "start_responder",
     "store",
 ]
 
-METHOD = "ray_ntp"
-DEFAULT_ROUNDS = 4
-DEFAULT_BUDGET_MS = 3.0  # a synchronous measurement; on_step_boundary runs them in the background
 DEFAULT_BACKGROUND_ROUNDS = 8
 DEFAULT_BACKGROUND_BUDGET_MS = 250.0  # background rounds run one target at a time (tighter bounds)
-SEQUENTIAL_TIMEOUT_MS = 50.0
 NODE_RESCAN_S = 60.0  # new nodes (autoscaling) get a responder within a minute
-
-
-# ---------------------------------------------------------------- measurement
-@dataclass
-class MeasureResult:
-    """What one ``measure_offsets`` call found: one entry per answering target, and the rest."""
-
-    measurements: list[dict[str, Any]] = field(default_factory=list)
-    unanswered: int = 0
-    took_ns: int = 0
-
-
-def _one_round(
-    ray: Any, targets: Sequence[Any], clock: Clock, deadline: int
-) -> dict[int, tuple[Exchange, Any]]:
-    """Ping every target at once; ``t3`` is read after the wait that saw the reply (never before)."""
-    pending: dict[Any, tuple[int, int]] = {}
-    for i, target in enumerate(targets):
-        t0 = clock.wall_ns()
-        pending[getattr(target, PING).remote()] = (i, t0)
-    got: dict[int, tuple[Exchange, Any]] = {}
-    while pending:
-        remaining = (deadline - time.perf_counter_ns()) / 1e9
-        if remaining <= 0:
-            break
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
-        t3 = clock.wall_ns()
-        if not ready:
-            break
-        rest = [r for r in pending if r not in ready]
-        more = ray.wait(rest, num_returns=len(rest), timeout=0)[0] if rest else []
-        t3_more = clock.wall_ns()
-        for refs, t_recv in ((ready, t3), (more, t3_more)):
-            for ref in refs:
-                i, t0 = pending.pop(ref)
-                try:
-                    rep = ray.get(ref, timeout=0)
-                except Exception:  # the target failed to answer: no sample this round
-                    continue
-                got[i] = (Exchange(t0, int(rep[0]), int(rep[1]), t_recv), rep)
-    return got
-
-
-def _rounds(
-    ray: Any, targets: Sequence[Any], clock: Clock, rounds: int, deadline: int, concurrent: bool
-) -> dict[int, list[tuple[Exchange, Any]]]:
-    """Concurrent: each round pings all targets at once (fastest). Sequential: one exchange at a
-    time (tighter round trips: replies do not queue behind each other); a target silent for
-    ``SEQUENTIAL_TIMEOUT_MS`` is dropped for the rest of the measurement."""
-    samples: dict[int, list[tuple[Exchange, Any]]] = {}
-    silent: set[int] = set()
-    for _ in range(max(rounds, 1)):
-        if concurrent:
-            for i, pair in _one_round(ray, targets, clock, deadline).items():
-                samples.setdefault(i, []).append(pair)
-        else:
-            for i, target in enumerate(targets):
-                if i in silent or time.perf_counter_ns() >= deadline:
-                    continue
-                until = min(deadline, time.perf_counter_ns() + int(SEQUENTIAL_TIMEOUT_MS * 1e6))
-                got = _one_round(ray, [target], clock, until)
-                if got:
-                    samples.setdefault(i, []).append(got[0])
-                else:
-                    silent.add(i)
-        if time.perf_counter_ns() >= deadline:
-            break
-    return samples
-
-
-def measure_offsets(
-    targets: Sequence[Any],
-    *,
-    clock: Clock = SYSTEM_CLOCK,
-    reference: tuple[str, int] | None = None,
-    rounds: int = DEFAULT_ROUNDS,
-    budget_ms: float = DEFAULT_BUDGET_MS,
-    concurrent: bool = True,
-    step: int | None = None,
-    phase: str | None = None,
-    responders: Sequence[str] | None = None,
-    record: bool = True,
-) -> MeasureResult:
-    """Measure each target's offset against ``clock`` and (``record``) send it to the target to keep.
-
-    Returns within about ``budget_ms`` plus one Ray call; targets that did not answer in time are
-    counted in ``unanswered``. ``concurrent=False`` trades time for accuracy (see ``_rounds``).
-    Needs an initialised Ray (``RuntimeError`` otherwise: the quiet skipping is
-    ``on_step_boundary``'s job).
-    """
-    import ray
-
-    if not ray.is_initialized():
-        raise RuntimeError("measure_offsets needs ray.init() first")
-    start = time.perf_counter_ns()
-    samples = _rounds(ray, targets, clock, rounds, start + int(budget_ms * 1e6), concurrent)
-    took = time.perf_counter_ns() - start
-    ref_host, ref_pid = reference if reference is not None else (hostname(), os.getpid())
-    result = MeasureResult(unanswered=len(targets) - len(samples), took_ns=took)
-    for i, pairs in sorted(samples.items()):
-        est = estimate_offset(ex for ex, _ in pairs)
-        if est is None:
-            result.unanswered += 1
-            continue
-        best = min(pairs, key=lambda p: p[0].round_trip_ns if p[0].usable() else 1 << 62)
-        m = {
-            "reference": f"{ref_host}:{ref_pid}",
-            "reference_host": ref_host,
-            "reference_pid": ref_pid,
-            "method": METHOD,
-            "responder": responders[i] if responders is not None else "node",
-            **est.as_record(),
-            "mono_ns": int(best[1][2]),
-            "host": best[1][3],
-            "pid": best[1][4],
-            "took_ns": took,
-            "step": step,
-            "phase": phase,
-        }
-        result.measurements.append(m)
-        if record:
-            getattr(targets[i], RECORD).remote(m)  # fire and forget: the target's disk, not ours
-    return result
 
 
 # ---------------------------------------------------------------------- hook
@@ -232,6 +108,7 @@ class ClockSync:
         self._closed = False
         self._busy = False
         self._thread: threading.Thread | None = None
+        self._stored: list[Any] = []  # record calls sent to targets and not yet seen done
 
     def add_target(self, handle: Any, responder: str = "process") -> None:
         """Also measure this actor (it must offer ``rl_trace_clock_ping``/``_record``)."""
@@ -244,6 +121,23 @@ class ClockSync:
             cfg = self.recorder.config
             self._nodes = ensure_node_responders(str(cfg.output_dir), self.recorder.record().get("run_id"))
         return self._nodes
+
+    def prepare(self, timeout_s: float = 30.0) -> int:
+        """Start the node responders now and wait (at most ``timeout_s``) until every target answers.
+
+        Optional: without it the first boundary starts the responders and, since an actor takes
+        seconds to start, measures only from the next one. Call it once before the first profiled
+        step (the demo does). Returns how many targets answered.
+        """
+        import ray
+
+        handles = [*self._node_targets(), *(h for h, _ in self.targets)]
+        if not handles:
+            return 0
+        ready, _ = ray.wait(
+            [getattr(h, PING).remote() for h in handles], num_returns=len(handles), timeout=timeout_s
+        )
+        return len(ready)
 
     def _mark_reference(self) -> None:
         if not self._marked:
@@ -291,6 +185,15 @@ class ClockSync:
             responders=kinds,
         )
         self.last_result = result
+        with self._cv:
+            self._stored += result.stored
+            stored = self._stored
+        if len(stored) > 256:  # a long run that never flushes: forget the calls already done
+            import ray
+
+            done = set(ray.wait(stored, num_returns=len(stored), timeout=0)[0])
+            with self._cv:
+                self._stored = [r for r in self._stored if r not in done]
         return result
 
     # ------------------------------------------------------------- background
@@ -356,6 +259,21 @@ class ClockSync:
                 lambda: not self._busy and self._pending is None and not self._snaps, timeout_s
             )
 
+    def wait_stored(self, timeout_s: float = 10.0) -> bool:
+        """Block until every target has stored the results it was sent (before collecting or
+        shutting Ray down: a record call still queued when Ray stops is lost)."""
+        with self._cv:
+            refs, self._stored = self._stored, []
+        if not refs:
+            return True
+        import ray
+
+        try:
+            _, rest = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        except Exception:  # Ray already down: nothing more can be stored
+            return False
+        return not rest
+
 
 _SYNC: ClockSync | None = None
 
@@ -405,9 +323,27 @@ def on_step_boundary(step: int | None, phase: str, *, wait: bool = False) -> Mea
 
 
 def flush(timeout_s: float = 5.0) -> bool:
-    """Wait for a queued or running background measurement (call before ``ray.shutdown()``)."""
+    """Wait for a queued or running background measurement and for the targets to have stored
+    every result (call before collecting artifacts or ``ray.shutdown()``); False on a timeout."""
     sync = _SYNC
-    return True if sync is None else sync.wait_idle(timeout_s)
+    if sync is None:
+        return True
+    deadline = time.monotonic() + timeout_s
+    idle = sync.wait_idle(timeout_s)
+    return sync.wait_stored(max(0.0, deadline - time.monotonic())) and idle
+
+
+def prepare(timeout_s: float = 30.0) -> int:
+    """Start this node's responders before the first profiled step (see ``ClockSync.prepare``);
+    0 without Ray or capture. Never raises."""
+    sync = clock_sync()
+    if sync is None:
+        return 0
+    try:
+        return sync.prepare(timeout_s)
+    except Exception as exc:
+        sync.recorder.warn_once("clock_sync", f"clock responders not started: {exc}")
+        return 0
 
 
 def reset() -> None:

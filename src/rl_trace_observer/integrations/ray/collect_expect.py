@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ...capture.recorder import expected_event_log
 from .collect_dest import safe_name
 from .collect_report import NodeReport
 
@@ -82,8 +83,8 @@ def node_missing(listing: Listing, run_id: str) -> list[tuple[str, str]]:
     for rel, rec in sorted(_records(listing).items()):
         if rec.get("run_id") not in (None, run_id):
             continue
-        log = rec.get("event_log")
-        if isinstance(log, str) and log not in present:
+        log = expected_event_log(rec)  # None for a record that never wrote an event
+        if log is not None and log not in present:
             out.append((log, f"event log named by {rel} is not in the output directory"))
         for art in rec.get("artifacts") or ():
             path = art.get("path")

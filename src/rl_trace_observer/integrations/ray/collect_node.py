@@ -164,6 +164,7 @@ def _read_record(path: str) -> dict[str, Any] | str:
         "rank": data.get("rank"),
         "world_size": data.get("world_size"),
         "event_log": data.get("event_log"),
+        "events": data.get("events"),  # {"written": 0, ...}: the event log was never created
         "ray_node_id": (data.get("ray") or {}).get("node_id"),
         "artifacts": [a for a in arts if isinstance(a, dict)] if isinstance(arts, list) else [],
     }

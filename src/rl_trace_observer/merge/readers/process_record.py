@@ -25,7 +25,15 @@ class ProcessRecordReader:
     order = 0
 
     def sniff(self, head: Head) -> int:
-        return 100 if b'"schema": "rl-trace-process/' in head.data[:4096] else 0
+        # Records are written with sorted keys: "schema" comes after the clock data, which grows
+        # with every measurement and snapshot (tens of KB in a long run), so look at the whole head,
+        # and past it trust the name the capture layer gives records (``read`` validates anyway).
+        if b'"schema": "rl-trace-process/' in head.data:
+            return 100
+        name = head.source.name
+        if name.startswith("rl-trace-process-") and name.endswith(".json") and head.data.lstrip()[:1] == b"{":
+            return 90
+        return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         res = ReadResult()

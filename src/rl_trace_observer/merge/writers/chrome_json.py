@@ -23,7 +23,7 @@ from ..model import Event
 PIECE_EVENTS = 65536
 _ENCODER = msgspec.json.Encoder()
 
-Piece = bytes | tuple[bytes, int, int]  # raw JSON, or a deflate piece with its crc32 and length
+Piece = bytes | bytearray | tuple[bytes, int, int]  # raw JSON, or a deflate piece, its crc32 and length
 
 
 def encode_pieces(
@@ -35,7 +35,7 @@ def encode_pieces(
     """
     pieces: list[Piece] = []
     lo, hi = 1 << 63, -(1 << 63)
-    enc = _ENCODER.encode
+    encode_into = _ENCODER.encode_into
     for start in range(0, len(events), PIECE_EVENTS):
         part = events[start : start + PIECE_EVENTS]
         for e in part if convert else ():
@@ -48,8 +48,10 @@ def encode_pieces(
             d = e.dur
             if d is not UNSET:
                 e.dur = d / 1000
-        body = enc(part)
-        raw = body[1:-1] + b",\n"
+        raw = bytearray()
+        encode_into(part, raw)  # "[e1,e2]": made " e1,e2,\n" in place, no copy
+        raw[0], raw[-1] = 0x20, 0x2C
+        raw += b"\n"
         pieces.append(deflate_piece(raw) if gzip else raw)
     return pieces, lo, hi
 

@@ -1,0 +1,148 @@
+""":func:`.passes.namespace_ids` and :func:`.passes.link_scopes`, fed one event at a time by the fused
+loop (:mod:`.fastpath`) in the order those passes would see the events: the same ids, the same counts.
+
+The hot case — a v1 flow event (``s``/``t``/``f``) with an id — is inlined in the loop itself (a method
+call per flow event costs as much as the rest of its work); it keeps its chains in per-(cat, name)
+dicts keyed by id, handed to :meth:`FlowSpace.finish` for the counts. Everything rarer lives here:
+async ids, v2 ``bind_id`` s, TokenSpeed's scope links.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from .model import Event
+from .passes import (
+    _ASYNC,
+    _SCOPE_ARGS,
+    _SEQ_BITS,
+    SCOPE_FLOW_CAT,
+    SCOPE_FLOW_NAME,
+    PassContext,
+    _close,
+    _ScopeArgs,
+    scope_flow_id,
+)
+
+_SCOPE_LIST = msgspec.json.Decoder(list[_ScopeArgs])
+
+
+class FlowSpace:
+    """One artifact's id space (``namespace << 40``) and what its flows add up to."""
+
+    __slots__ = ("base", "binds", "ctx", "linked", "others", "unlinked", "viz_scopes")
+
+    def __init__(self, ctx: PassContext) -> None:
+        self.ctx = ctx
+        self.base = ctx.namespace << _SEQ_BITS
+        self.binds: dict[int, list[int]] = {}  # v2 flows: [id, has start, has end, events]
+        self.others: dict[tuple[Any, ...], int] = {}
+        self.linked = self.unlinked = 0
+        # link_scopes' VizTracer side: flow starts kept only when their rank's Proton saw the scope
+        self.viz_scopes = ctx.scopes if (ctx.scopes is not None and not ctx.collect_scopes) else None
+
+    def add(self, e: Event, ph: str) -> bool:
+        """Any flow-ish event but a v1 flow with an id; False: drop it (a scope link with no scope)."""
+        fid = e.id
+        if ph in _ASYNC and fid is not UNSET:
+            e.id = self._other(("a", e.cat, fid))
+        elif (
+            ph == "s"
+            and self.viz_scopes is not None
+            and e.cat == SCOPE_FLOW_CAT
+            and e.name == SCOPE_FLOW_NAME
+        ):
+            self.unlinked += 1  # a scope link start without an id never matches a scope
+            return False
+        if e.bind_id is not UNSET:
+            self.bind(e)
+        return True
+
+    def bind(self, e: Event) -> None:
+        """A v2 flow endpoint (``bind_id``): the id by value into this artifact's space."""
+        bid = e.bind_id = self._other(("b", e.bind_id))
+        st = self.binds.get(bid)
+        if st is None:
+            st = self.binds[bid] = [bid, 0, 1, 0]
+        st[1] |= e.flow_out is True
+        st[3] += 1
+
+    def scope_start(self, e: Event, ph: str, fid: Any) -> bool:
+        """A v1 flow named like a scope link: never namespaced (it lives in its rank's scope space)."""
+        scopes = self.viz_scopes
+        if scopes is None or ph != "s":
+            return True
+        if isinstance(fid, int) and fid in scopes:
+            e.id = scope_flow_id(self.ctx.scope_namespace, fid)
+            self.linked += 1
+            return True
+        self.unlinked += 1
+        return False
+
+    def _other(self, key: tuple[Any, ...]) -> int:
+        new = self.others.get(key)
+        if new is None:
+            new = self.others[key] = self.base | ((1 << (_SEQ_BITS - 2)) + len(self.others) + 1)
+        return new
+
+    def finish(self, chains: dict[Any, dict[Any, list[int]]], links: int, unpaired: int) -> None:
+        """The counts the two passes report; ``chains``: the v1 flows the loop kept inline."""
+        ctx = self.ctx
+        if self.viz_scopes is not None:
+            if self.unlinked:
+                ctx.count("unlinked_scope_flows", self.unlinked)
+            ctx.count("flows", self.linked)
+            ctx.count("scope_links", self.linked)
+        for chain in chains.values():
+            for st in chain.values():
+                links, unpaired = _close(st, links, unpaired)
+        for st in self.binds.values():
+            links, unpaired = _close(st, links, unpaired)
+        ctx.count("flows", links)
+        ctx.count("unpaired_flow_events", unpaired)
+
+
+def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ctx: PassContext) -> None:
+    """link_scopes' Proton side: a flow end on every scope slice with an ``args.scope_id``, appended."""
+    found = ctx.scopes if ctx.scopes is not None else set()
+    ends = 0
+    for e, sid in zip(scoped, _scope_ids(scoped), strict=True):
+        if sid is None:
+            continue
+        found.add(sid)
+        fid = scope_flow_id(ctx.scope_namespace, sid)
+        out.append(
+            Event(
+                ph="f",
+                name=SCOPE_FLOW_NAME,
+                cat=SCOPE_FLOW_CAT,
+                pid=e.pid,
+                tid=e.tid,
+                ts=e.ts,
+                id=fid,
+                bp="e",
+            )
+        )
+        ends += 1
+    ctx.scopes = found
+    ctx.count("scope_ends", ends)
+    if ends:
+        counts["f"] = counts.get("f", 0) + ends
+
+
+def _scope_ids(scoped: list[Event]) -> list[int | None]:
+    """Every ``args.scope_id`` in one decode (one call per scope costs more than the loop around it)."""
+    try:
+        raw = b"[" + b",".join(e.args for e in scoped) + b"]"  # type: ignore[misc]
+        return [v.scope_id for v in _SCOPE_LIST.decode(raw)]
+    except msgspec.DecodeError:  # one odd scope: decode them one by one, as link_scopes does
+        ids: list[int | None] = []
+        for e in scoped:
+            try:
+                ids.append(_SCOPE_ARGS.decode(e.args).scope_id)  # type: ignore[arg-type]
+            except msgspec.DecodeError:
+                ids.append(None)
+        return ids
