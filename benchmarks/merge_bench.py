@@ -13,7 +13,11 @@ process so peak RSS is its own:
   on whole files up to ``--baseline-events`` and is compared as events/s (``0`` = the whole run).
 
 Targets (issue 3, 2 cores): ``.json.gz`` >= 1.0M events/s end to end and >= 10x the baseline; peak RSS
-<= 1 GB for the 10M-event run. Figures depend on the machine's load: run it on a quiet machine.
+<= 1 GB for the 10M-event run. Figures depend on the machine's load: run it on a quiet machine. So that
+runs on a shared machine can still be compared, each row also says how busy the machine was (load
+average before and after, and the share of CPU time left idle during the run) and the CPU seconds the
+merge used (parent and workers); ``M ev/cpu-s`` is events per CPU second, which load changes far less.
+``RSS total`` is the peak of the merge's whole process tree (parent + workers, sampled every 50 ms).
 """
 
 from __future__ import annotations
@@ -83,11 +87,58 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "events": n,
 """
 
 
+def _cpu_idle() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine, from /proc/stat (zeros elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    return values[3] + values[4], sum(values)
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (0 when psutil is missing or it is gone)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def _child(code: str, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
+    """Run a benchmark child; add its process tree's peak RSS and how busy the machine was meanwhile."""
+    load0 = os.getloadavg()[0]
+    idle0, total0 = _cpu_idle()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.05)
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"benchmark child failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"benchmark child failed:\n{out}\n{err}")
+    idle1, total1 = _cpu_idle()
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result.update(
+        tree_rss=peak,
+        load=(load0, os.getloadavg()[0]),
+        idle=(idle1 - idle0) / (total1 - total0) if total1 > total0 else float("nan"),
+    )
+    return result
 
 
 def _input_bytes(run: Path) -> tuple[int, int]:
@@ -153,19 +204,23 @@ def main(argv: list[str] | None = None) -> int:
         base_rate = base["events"] / base["wall_s"]
         print()
         print(
-            f"{'output':10s} {'events':>11s} {'wall s':>8s} {'M ev/s':>8s} {'MB/s in':>8s} {'cpu s':>7s} "
-            f"{'RSS parent':>10s} {'RSS worker':>10s} {'out MB':>8s} {'x base':>7s}"
+            f"{'output':10s} {'events':>11s} {'wall s':>7s} {'M ev/s':>7s} {'MB/s in':>7s} {'cpu s':>6s} "
+            f"{'M ev/cpu-s':>10s} {'RSS total':>9s} {'parent':>7s} {'worker':>7s} {'out MB':>7s} "
+            f"{'x base':>6s}  {'load before/after':>17s} {'idle':>5s}"
         )
         for fmt, r, ev in rows:
             rate = ev / r["wall_s"]
             print(
-                f"{fmt:10s} {ev:11,d} {r['wall_s']:8.2f} {rate / 1e6:8.3f} {disk / r['wall_s'] / 1e6:8.1f} "
-                f"{r['cpu_s']:7.1f} {r['parent_rss_kb'] / 1024:8.0f}MB {r['worker_rss_kb'] / 1024:8.0f}MB "
-                f"{(r['size'] or 0) / 1e6:8.1f} {rate / base_rate:7.1f}"
+                f"{fmt:10s} {ev:11,d} {r['wall_s']:7.2f} {rate / 1e6:7.3f} {disk / r['wall_s'] / 1e6:7.1f} "
+                f"{r['cpu_s']:6.1f} {ev / r['cpu_s'] / 1e6:10.3f} {r['tree_rss'] / 2**20:7.0f}MB "
+                f"{r['parent_rss_kb'] / 1024:5.0f}MB {r['worker_rss_kb'] / 1024:5.0f}MB "
+                f"{(r['size'] or 0) / 1e6:7.1f} {rate / base_rate:6.1f}  "
+                f"{r['load'][0]:8.1f}/{r['load'][1]:<8.1f} {r['idle'] * 100:4.0f}%"
             )
         print(
-            f"{'baseline':10s} {base['events']:11,d} {base['wall_s']:8.2f} {base_rate / 1e6:8.3f} {'':>8s} "
-            f"{'':>7s} {base['rss_kb'] / 1024:8.0f}MB {'':>10s} {'':>8s} {1.0:7.1f}"
+            f"{'baseline':10s} {base['events']:11,d} {base['wall_s']:7.2f} {base_rate / 1e6:7.3f} {'':>7s} "
+            f"{'':>6s} {'':>10s} {base['tree_rss'] / 2**20:7.0f}MB {'':>7s} {'':>7s} {'':>7s} {1.0:6.1f}  "
+            f"{base['load'][0]:8.1f}/{base['load'][1]:<8.1f} {base['idle'] * 100:4.0f}%"
         )
         print(
             f"  baseline: stdlib json.load + rewrite + one json.dump of {len(files)} whole files "
@@ -175,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         if "pftrace" in sizes and "json.gz" in sizes and sizes["json.gz"]:
             print(f"  .pftrace is {sizes['pftrace'] / sizes['json.gz']:.2f}x the size of .json.gz")
         print(
-            "  RSS: parent = the merging process; worker = the largest worker process "
-            "(each holds one file's events)"
+            "  RSS total: peak of the merge's process tree; parent = the merging process; worker = the "
+            "largest worker process (each holds one file's events)"
+        )
+        print(
+            "  load: 1-minute load average before/after the run (other work on the machine); idle: share "
+            "of the machine's CPU time left idle during the run"
         )
     finally:
         if not args.keep:

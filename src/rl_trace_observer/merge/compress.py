@@ -15,6 +15,8 @@ import struct
 import zlib
 from typing import Any, BinaryIO
 
+from .spill import Spilled, copy_into
+
 _fast: Any
 try:  # optional speed-up
     from isal import isal_zlib as _fast
@@ -111,6 +113,14 @@ class GzipMember:
         self._emit(piece)
         self._crc = crc32_combine(self._crc, crc, length)
         self._size += length
+
+    def write_spilled(self, spilled: Spilled) -> None:
+        """Append the deflate pieces a worker left in a part file (see :mod:`.spill`)."""
+        self.compressed_bytes += copy_into(self._out, spilled)
+        for crc, length in spilled.deflated:
+            if length:
+                self._crc = crc32_combine(self._crc, crc, length)
+                self._size += length
 
     @property
     def uncompressed_bytes(self) -> int:

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import spill
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .planning import Plan, PlannedArtifact
 from .sources import GZIP_MAGIC, Source
 from .worker import Job, JobResult, Outcome, Task, init_worker, run_job
+from .writeback import WritebackFile
 from .writers.chrome_json import ChromeJsonWriter, metadata_events
 
 if TYPE_CHECKING:
@@ -163,12 +165,15 @@ def run_all(
     from .pipeline import default_workers
 
     jobs = build_jobs(plan, clock, fmt, base, windows, opts)
+    for job in jobs:  # outputs come back through part files, not the pipe (see .spill)
+        job.spill_path = spill.part_path(out, job.sequence_id)
     workers = default_workers() if opts.workers is None else opts.workers
     state = RunState(base, titles=clock.titles(plan))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb") as raw:
+            f = WritebackFile(raw)  # written back as it goes: the fsync below has little left
             writer = _writer(f, fmt, base, clock)
             for res in _results(jobs, workers, opts.workers is None, opts.progress):
                 lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
@@ -179,7 +184,7 @@ def run_all(
                     writer.add(res.pieces)
                 else:
                     for piece in res.pieces:
-                        f.write(piece)
+                        spill.write_piece(f, piece)
                     _add_stats(state.writer_stats, res.writer_stats)
             if writer is not None:
                 writer.close(_metadata(state))
@@ -193,6 +198,7 @@ def run_all(
             os.unlink(tmp)
         except OSError:
             pass
+        spill.remove_parts(out)
         raise
     state.output_size, state.written = out.stat().st_size, True
     return state

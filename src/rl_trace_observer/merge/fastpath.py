@@ -4,13 +4,16 @@ links — for Chrome-JSON output with no time filters.
 
 Why: each pass over a file costs ~0.1-0.5 µs per event in Python, as much as decoding it; the general
 path (:func:`..readers.chrome_json.normalise` → :data:`..passes.PASSES` → writer) walks the events
-five times and ``collections.Counter`` a sixth. The result is identical — ``tests/test_merge_properties.py``
-checks the two paths against each other — and it stays exact: ``y = (ts_us + q) * 1000 + r`` with
-``anchor + offset - base = q * 1000 + r`` recovers the integer ns the source wrote (both operands are
-within 2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
-subtracting ``_ROUNDER`` (1.5 * 2**52: the sum has a spacing of exactly 1, so the FPU rounds for us,
-without a function call), then ``y / 1000`` is printed with at most 3 decimals. Events outside that
-range take the exact integer route.
+five times and ``collections.Counter`` a sixth. For the same reason :func:`to_output` is one long
+function with the hot cases inlined (a call per event costs as much as the event's work) and the rare
+ones in :mod:`.flowspace`. The result is identical — ``tests/test_merge_properties.py`` checks the two
+paths against each other — and it stays exact: with ``anchor + offset - base = q * 1000 + r``,
+``y = (ts_us + q) * 1000 + r`` recovers the integer ns the source wrote (both operands are within
+2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
+subtracting ``_ROUNDER`` (1.5 * 2**52, with ``r`` folded into it: the sum has a spacing of exactly 1,
+so the FPU rounds for us, without a function call); ``y / 1000`` then prints with at most 3 decimals.
+Events outside that range take the exact integer route. Metadata events are read first, wherever the
+file puts them: a thread's or device's name decides its merged track.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from .flowspace import FlowSpace, scope_ends
+from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .model import Event, us_to_ns
 from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext
 from .readers.base import ReadResult
@@ -59,12 +62,15 @@ def to_output(
     by_tid: dict[object, tuple[object, int, int]] = {}  # source tid -> (source pid, merged pid, tid)
     last_pid: object = unset
     last_tid: object = unset
-    mpid = mtid = 0
+    prev_pid: object = unset  # the lane before: sources often alternate between two
+    prev_tid: object = unset
+    mpid = mtid = prev_mpid = prev_mtid = 0
     lo, hi = exact, -exact
     bad = 0
     # namespace_ids' v1 chains, inlined: {(cat, name): {id: [new id, has start, has end, events]}}
     v1, other_flows, space = _FLOW_V1, _OTHER_FLOWS, FlowSpace(ctx)
-    scope_cat, scope_name = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
+    scope_cat, scope_name, viz_scopes = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, space.viz_scopes
+    scope_prefix, scope_mask, linked, unlinked = space.scope_prefix(), SCOPE_ID_MASK, 0, 0
     chains: dict[tuple[Any, Any], dict[Any, list[int]]] = {}
     chain: dict[Any, list[int]] = {}
     lcat: Any = _NO_CHAIN
@@ -84,10 +90,10 @@ def to_output(
             ts: Any = e.ts
             y: Any = (ts + q) * scale + rr - rounder  # round((ts + q) * 1000 + r), see the docstring
             if -exact < y < exact:
-                t_out = y / k
+                e.ts = y / k  # (a dropped event's ts may change: it is not written)
             else:
                 y = _exact(ts, shift_ns, source_ns)
-                t_out = y / 1000  # int / int: correctly rounded whatever the size
+                e.ts = y / 1000  # int / int: correctly rounded whatever the size
             d: Any = e.dur
             if d is not unset:
                 dn = d * scale + rounder - rounder
@@ -103,15 +109,21 @@ def to_output(
             lo = y
         if y > hi:
             hi = y
-        e.ts = t_out
         pid = e.pid
         tid = e.tid
         if tid != last_tid or pid != last_pid:
-            found = by_tid.get(tid)
-            if found is None or found[0] != pid:
-                found = by_tid[tid] = (pid, *mapper.resolve(pid, tid))
-            last_pid, last_tid = pid, tid
-            _, mpid, mtid = found
+            if tid == prev_tid and pid == prev_pid:  # back to the other lane (CPU <-> GPU, say)
+                last_pid, prev_pid = prev_pid, last_pid
+                last_tid, prev_tid = prev_tid, last_tid
+                mpid, prev_mpid = prev_mpid, mpid
+                mtid, prev_mtid = prev_mtid, mtid
+            else:
+                found = by_tid.get(tid)
+                if found is None or found[0] != pid:
+                    found = by_tid[tid] = (pid, *mapper.resolve(pid, tid))
+                prev_pid, prev_tid, prev_mpid, prev_mtid = last_pid, last_tid, mpid, mtid
+                last_pid, last_tid = pid, tid
+                _, mpid, mtid = found
         e.pid = mpid
         e.tid = mtid
         if is_x:
@@ -125,35 +137,55 @@ def to_output(
         if ph in v1 and fid is not unset:
             cat = e.cat
             name = e.name
-            if cat == scope_cat and name == scope_name:
-                if not space.scope_start(e, ph, fid):
-                    continue
+            if cat == scope_cat and name == scope_name:  # a scope link: in its rank's id space, not ours
+                if viz_scopes is not None and ph == "s":  # link_scopes, VizTracer side
+                    if isinstance(fid, int) and fid in viz_scopes:
+                        e.id = scope_prefix | (fid & scope_mask)
+                        linked += 1
+                    else:
+                        unlinked += 1
+                        continue
                 counts[ph] = counts.get(ph, 0) + 1
                 append(e)
                 continue
             if cat != lcat or name != lname:
                 chain = chains.setdefault((cat, name), {})
                 lcat, lname = cat, name
+            # a chain: [new id, has start, has end, events]; a second start (or end) begins a new flow
             st = chain.get(fid)
-            if st is None:
-                n += 1
-                st = chain[fid] = [base | n, 0, 0, 0]
-            elif (ph == "s" and st[1]) or (ph == "f" and st[2]):  # a second start (or end): a new flow
-                if st[1] and st[3] > 1:
-                    links += st[3] - 1
-                else:
-                    unpaired += st[3]
-                n += 1
-                st[0], st[1], st[2], st[3] = base | n, 0, 0, 0
             if ph == "s":
-                st[1] = 1
                 n_s += 1
+                if st is None or st[1]:
+                    if st is not None:
+                        if st[3] > 1:
+                            links += st[3] - 1
+                        else:
+                            unpaired += st[3]
+                    n += 1
+                    st = chain[fid] = [base | n, True, False, 1]
+                else:
+                    st[1] = True
+                    st[3] += 1
             elif ph == "f":
-                st[2] = 1
                 n_f += 1
+                if st is None or st[2]:
+                    if st is not None:
+                        if st[1] and st[3] > 1:
+                            links += st[3] - 1
+                        else:
+                            unpaired += st[3]
+                    n += 1
+                    st = chain[fid] = [base | n, False, True, 1]
+                else:
+                    st[2] = True
+                    st[3] += 1
             else:
                 n_t += 1
-            st[3] += 1
+                if st is None:
+                    n += 1
+                    st = chain[fid] = [base | n, False, False, 1]
+                else:
+                    st[3] += 1
             e.id = st[0]
             if e.bind_id is not unset:
                 space.bind(e)
@@ -164,7 +196,7 @@ def to_output(
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
     result.dropped += bad
-    space.finish(chains, links, unpaired)
+    space.finish(chains, links, unpaired, linked, unlinked)
     for ph, c in (("s", n_s), ("t", n_t), ("f", n_f)):
         counts[ph] = counts.get(ph, 0) + c
     counts["X"] = len(out) - sum(counts.values())

@@ -28,6 +28,7 @@ from .passes import (
 )
 
 _SCOPE_LIST = msgspec.json.Decoder(list[_ScopeArgs])
+SCOPE_ID_MASK = (1 << (_SEQ_BITS - 1)) - 1
 
 
 class FlowSpace:
@@ -70,17 +71,9 @@ class FlowSpace:
         st[1] |= e.flow_out is True
         st[3] += 1
 
-    def scope_start(self, e: Event, ph: str, fid: Any) -> bool:
-        """A v1 flow named like a scope link: never namespaced (it lives in its rank's scope space)."""
-        scopes = self.viz_scopes
-        if scopes is None or ph != "s":
-            return True
-        if isinstance(fid, int) and fid in scopes:
-            e.id = scope_flow_id(self.ctx.scope_namespace, fid)
-            self.linked += 1
-            return True
-        self.unlinked += 1
-        return False
+    def scope_prefix(self) -> int:
+        """``scope_flow_id(ns, sid) == scope_prefix() | (sid & SCOPE_ID_MASK)``: for the inlined loop."""
+        return scope_flow_id(self.ctx.scope_namespace, 0)
 
     def _other(self, key: tuple[Any, ...]) -> int:
         new = self.others.get(key)
@@ -88,8 +81,13 @@ class FlowSpace:
             new = self.others[key] = self.base | ((1 << (_SEQ_BITS - 2)) + len(self.others) + 1)
         return new
 
-    def finish(self, chains: dict[Any, dict[Any, list[int]]], links: int, unpaired: int) -> None:
-        """The counts the two passes report; ``chains``: the v1 flows the loop kept inline."""
+    def finish(
+        self, chains: dict[Any, dict[Any, list[int]]], links: int, unpaired: int, linked: int, unlinked: int
+    ) -> None:
+        """The counts the two passes report; ``chains``: the v1 flows the loop kept inline, ``linked`` /
+        ``unlinked``: the scope link starts it kept / dropped."""
+        self.linked += linked
+        self.unlinked += unlinked
         ctx = self.ctx
         if self.viz_scopes is not None:
             if self.unlinked:
@@ -108,24 +106,17 @@ class FlowSpace:
 def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ctx: PassContext) -> None:
     """link_scopes' Proton side: a flow end on every scope slice with an ``args.scope_id``, appended."""
     found = ctx.scopes if ctx.scopes is not None else set()
+    prefix, mask, append, unset = scope_flow_id(ctx.scope_namespace, 0), SCOPE_ID_MASK, out.append, UNSET
+    name, cat, end = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT, "e"
     ends = 0
     for e, sid in zip(scoped, _scope_ids(scoped), strict=True):
         if sid is None:
             continue
         found.add(sid)
-        fid = scope_flow_id(ctx.scope_namespace, sid)
-        out.append(
-            Event(
-                ph="f",
-                name=SCOPE_FLOW_NAME,
-                cat=SCOPE_FLOW_CAT,
-                pid=e.pid,
-                tid=e.tid,
-                ts=e.ts,
-                id=fid,
-                bp="e",
-            )
-        )
+        # Event(ph="f", name=..., cat=..., pid, tid, ts, id=scope_flow_id(ns, sid), bp="e"), positionally
+        end_event = Event("f", name, cat, e.pid, e.tid, e.ts, unset, prefix | (sid & mask))
+        end_event.bp = end
+        append(end_event)
         ends += 1
     ctx.scopes = found
     ctx.count("scope_ends", ends)
@@ -136,7 +127,7 @@ def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ct
 def _scope_ids(scoped: list[Event]) -> list[int | None]:
     """Every ``args.scope_id`` in one decode (one call per scope costs more than the loop around it)."""
     try:
-        raw = b"[" + b",".join(e.args for e in scoped) + b"]"  # type: ignore[misc]
+        raw = b"[" + b",".join([e.args for e in scoped]) + b"]"  # type: ignore[misc]
         return [v.scope_id for v in _SCOPE_LIST.decode(raw)]
     except msgspec.DecodeError:  # one odd scope: decode them one by one, as link_scopes does
         ids: list[int | None] = []

@@ -13,7 +13,7 @@ ever exists. Writers derive µs from them exactly once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -30,10 +30,20 @@ __all__ = [
 ]
 
 
+# Every phase of the Chrome trace event format (and "" for none): decoding ``ph`` as a Literal returns
+# one shared string instead of allocating (and later freeing) one per event. A phase outside this set
+# fails the fast decode, and the careful decode then drops just that event — as the merge drops any
+# phase it does not know (``readers.chrome_json.KNOWN_PHASES``).
+Phase = Literal[
+    "B", "E", "X", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M",
+    "V", "v", "R", "c", "(", ")", "S", "T", "p", "F", "=", "",
+]  # fmt: skip
+
+
 class Event(msgspec.Struct, omit_defaults=True, gc=False):
     """One Chrome-trace event. Field order is the output order; unknown source fields are dropped."""
 
-    ph: str = ""
+    ph: Phase = ""
     name: str | UnsetType = UNSET
     cat: str | UnsetType = UNSET
     pid: int | str | UnsetType = UNSET

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 
-from . import fastpath, memory
+from . import fastpath, memory, spill
 from .clock_probe import SpanSummary, stage_spans
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .model import Event, Problem, ProcessKey
@@ -56,6 +57,7 @@ class Job:
     scope_namespace: int = 0
     sequence_id: int = 1
     weight: int = 0
+    spill_path: str | None = None  # where a worker process leaves big outputs (see .spill)
 
 
 @dataclass
@@ -110,6 +112,8 @@ def _run_job(job: Job) -> JobResult:
     scopes: set[int] | None = None
     pairs = {t.kind for t in job.tasks} >= {"proton", "viztracer"}  # a TokenSpeed rank's two reports
     pf = _PftraceSink(job) if job.out_format == "pftrace" else None
+    spilled = 0
+    deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
     for task in job.tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
@@ -158,9 +162,23 @@ def _run_job(job: Job) -> JobResult:
         if _in_worker:
             memory.keep_arenas(events)
         del kept, events, res
+        spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
         result.pieces, result.writer_stats = pf.close()
+        spilled += _spill(job, result, spilled, deflated)
+    if spilled:
+        assert job.spill_path is not None
+        result.pieces = [spill.Spilled(job.spill_path, spilled, tuple(deflated))]
     return result
+
+
+def _spill(job: Job, result: JobResult, before: int, deflated: list[tuple[int, int]]) -> int:
+    """In a worker process, outputs go to the job's part file instead of the pipe (.spill)."""
+    if not (_in_worker and job.spill_path and result.pieces):
+        return 0
+    size = spill.append(job.spill_path, result.pieces, before == 0, deflated)
+    result.pieces.clear()
+    return size
 
 
 def _fast(
@@ -272,20 +290,50 @@ def _order(e: Event) -> tuple[Any, ...]:
     return (e.ts, e.ph not in ("X", "B"), -dur)
 
 
-_FIELDS = ("name", "cat", "id", "bind_id", "flow_in", "flow_out", "bp", "s", "scope", "cname")
-
-
 def _normalised(e: Event) -> dict[str, Any]:
-    """docs/FORMATS.md §3: the event as a dict with exact ``ts_ns``/``dur_ns``."""
+    """docs/FORMATS.md §3: the event as a dict with exact ``ts_ns``/``dur_ns``.
+
+    ``args`` stay the source's JSON text (compacted when pretty-printed) for the writer to embed as is:
+    decoding them only to encode them again was a fifth of the ``.pftrace`` path's time. Counters (the writer
+    reads their values) and text with ``\\u`` escapes (lone surrogates need the writer's care) are
+    decoded as before; non-object args mean no args, as :func:`..readers.chrome_json.decode_raw_args` says.
+    """
+    unset = UNSET
     ev: dict[str, Any] = {"ph": e.ph, "ts_ns": e.ts, "pid": e.pid, "tid": e.tid}
-    if e.dur is not UNSET:
+    if e.dur is not unset:
         ev["dur_ns"] = e.dur
-    for name in _FIELDS:
-        value = getattr(e, name)
-        if value is not UNSET:
-            ev[name] = value
-    if e.args is not UNSET:
-        ev["args"] = decode_raw_args(e)
-    if e.id2 is not UNSET:
+    if e.name is not unset:
+        ev["name"] = e.name
+    if e.cat is not unset:
+        ev["cat"] = e.cat
+    if e.id is not unset:
+        ev["id"] = e.id
+    if e.bind_id is not unset:
+        ev["bind_id"] = e.bind_id
+        if e.flow_in is not unset:
+            ev["flow_in"] = e.flow_in
+        if e.flow_out is not unset:
+            ev["flow_out"] = e.flow_out
+    if e.bp is not unset:
+        ev["bp"] = e.bp
+    if e.s is not unset:
+        ev["s"] = e.s
+    if e.scope is not unset:
+        ev["scope"] = e.scope
+    if e.cname is not unset:
+        ev["cname"] = e.cname
+    if e.args is not unset:
+        ev["args"] = _args_json(e)
+    if e.id2 is not unset:
         ev["id2"] = bytes(e.id2).decode()
     return ev
+
+
+def _args_json(e: Event) -> Any:
+    """An event's args for the writer: compact JSON text of a non-empty object, else a dict."""
+    raw = bytes(e.args)  # type: ignore[arg-type]
+    if e.ph == "C" or b"\\u" in raw:
+        return decode_raw_args(e)
+    if b"\n" in raw:
+        raw = msgspec.json.format(raw, indent=-1)
+    return raw if raw[:1] == b"{" and raw != b"{}" else {}

@@ -195,17 +195,21 @@ class PacketSink:
         args = ev.get("args")
         return ref + self._annotations(args) if args else ref
 
-    def _annotations(self, args: Mapping[str, Any]) -> bytes:
+    def _annotations(self, args: Mapping[str, Any] | bytes) -> bytes:
         """All args as ONE debug annotation ``args`` holding JSON (``legacy_json_value``).
 
         Perfetto expands it into ``debug.args.<key>`` rows, nested values flattened exactly as its
         JSON importer makes ``args.<key>`` rows; and one ``orjson.dumps`` is ~10x cheaper than
-        encoding each value here.
+        encoding each value here. ``bytes`` are a JSON object already (the merger passes the source's
+        text through, as its JSON output does).
         """
-        try:
-            raw = orjson.dumps(args)
-        except TypeError:  # non-str keys, ints beyond 64 bits, lone surrogates
-            raw = orjson.dumps(_jsonable(args), option=orjson.OPT_NON_STR_KEYS)
+        if isinstance(args, bytes):
+            raw = args
+        else:
+            try:
+                raw = orjson.dumps(args)
+            except TypeError:  # non-str keys, ints beyond 64 bits, lone surrogates
+                raw = orjson.dumps(_jsonable(args), option=orjson.OPT_NON_STR_KEYS)
         ref = self._arg_names.get("args") or self._intern(self._arg_names, "args", 3, 1)
         body = b"".join((ref, _DA_LEGACY_JSON, varint(len(raw)), raw))
         return _K_ANNOTATION + varint(len(body)) + body

@@ -19,11 +19,12 @@ from msgspec import UNSET
 
 from ..compress import GzipMember, deflate_piece
 from ..model import Event
+from ..spill import Spilled, copy_into
 
 PIECE_EVENTS = 65536
 _ENCODER = msgspec.json.Encoder()
 
-Piece = bytes | bytearray | tuple[bytes, int, int]  # raw JSON, or a deflate piece, its crc32 and length
+Piece = bytes | bytearray | tuple[bytes, int, int] | Spilled  # raw JSON; deflated, crc32, length; a part file
 
 
 def encode_pieces(
@@ -97,6 +98,11 @@ class ChromeJsonWriter:
             if isinstance(piece, tuple):
                 assert self._gz is not None, "a deflated piece for an uncompressed output"
                 self._gz.write_piece(*piece)
+            elif isinstance(piece, Spilled):  # a worker's pieces, waiting in a part file
+                if self._gz is not None:
+                    self._gz.write_spilled(piece)
+                else:
+                    self.bytes_written += copy_into(self._file, piece)
             elif self._gz is not None:
                 self._gz.write_piece(*deflate_piece(piece))
             else:
