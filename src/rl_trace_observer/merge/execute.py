@@ -100,6 +100,8 @@ def build_jobs(
                 min_dur_ns=int(opts.min_duration_us * 1000),
                 scope_namespace=len(plan.artifacts) + n + 1,
                 weight=weight,
+                clock_mode=opts.clock_mode,
+                clock_tolerance_ns=int(opts.clock_tolerance_us * 1000),
             )
         )
     jobs.sort(key=lambda j: (-j.weight, j.tasks[0].source.path))

@@ -14,6 +14,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     totals = {"events_read": 0, "events_kept": 0, "events_dropped": 0, "events_filtered": 0}
     phases: dict[str, int] = {}
     flows = scope_links = 0
+    pair_records: list[dict[str, Any]] = []
     lo: int | None = None
     hi: int | None = None
     for i, art in enumerate(plan.artifacts):
@@ -31,6 +32,9 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         if isinstance(out.meta.get("rank"), int) and info.rank is None:
             info.rank = out.meta["rank"]
         plan.problems.extend(out.problems)
+        if out.clock is not None:
+            pair_records.append(out.clock)
+            flows -= out.clock.get("acausal_pairs") or 0  # Perfetto drops a flow that ends before it starts
         totals["events_read"] += out.read
         totals["events_kept"] += out.kept
         totals["events_dropped"] += out.dropped
@@ -53,6 +57,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     if state.writer_stats:
         counts["writer"] = state.writer_stats
     manifest["counts"] = counts
+    manifest["timeline"]["clock"].setdefault("artifacts", []).extend(pair_records)
     manifest["timeline"].update({"base_ns": state.base_ns, "start_ns": lo, "end_ns": hi})
     manifest["output"].update({"size": state.output_size, "written": state.written})
     manifest["artifacts"] = [a.info.as_dict() for a in plan.artifacts]

@@ -21,8 +21,12 @@ from . import fastpath, memory, spill
 from .clock_probe import SpanSummary, stage_spans
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .model import Event, Problem, ProcessKey
+from .pair_align import align_pairs
+from .pair_extract import match_keyed, scan_viztracer_scope_starts
+from .pair_pipeline import clock_problems, proton_scope_starts_of, stack
 from .passes import IdentityMapper, PassContext, TimeCorrection, run_passes
 from .readers import ReadContext, ReadResult, reader_for
+from .readers import chrome_json as chrome_reader
 from .readers.chrome_json import NotATrace, decode_raw_args, gc_paused
 from .sources import Source, read_content
 from .writers import chrome_json
@@ -58,6 +62,8 @@ class Job:
     sequence_id: int = 1
     weight: int = 0
     spill_path: str | None = None  # where a worker process leaves big outputs (see .spill)
+    clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
+    clock_tolerance_ns: int = 1_000_000
 
 
 @dataclass
@@ -79,6 +85,7 @@ class Outcome:
     max_ts: int | None = None
     skipped: bool = False
     spans: list[SpanSummary] = field(default_factory=list)  # for the clock causality checks
+    clock: dict[str, Any] | None = None  # per-artifact alignment record (manifest timeline.clock.artifacts)
 
 
 @dataclass
@@ -114,6 +121,7 @@ def _run_job(job: Job) -> JobResult:
     pf = _PftraceSink(job) if job.out_format == "pftrace" else None
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
+    partner = _scope_partner(job.tasks) if pairs else None
     for task in job.tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
@@ -122,8 +130,11 @@ def _run_job(job: Job) -> JobResult:
         if read is None:
             continue
         events, mapper, res = read
+        correction = task.correction
+        if partner is not None and task.kind == "proton":
+            correction, events, fast = _align_proton(task, events, res, partner, job, out, fast)
         ctx = PassContext(
-            correction=task.correction,
+            correction=correction,
             windows=job.windows,
             min_dur_ns=job.min_dur_ns,
             mapper=mapper,
@@ -136,7 +147,7 @@ def _run_job(job: Job) -> JobResult:
             if task.kind == "viztracer"
             else None,
         )
-        kept = _fast(events, res, task, job, ctx, out, result) if fast else run_passes(events, ctx)
+        kept = _fast(events, res, correction, job, ctx, out, result) if fast else run_passes(events, ctx)
         out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
         if ctx.collect_scopes:
             scopes = ctx.scopes
@@ -184,7 +195,7 @@ def _spill(job: Job, result: JobResult, before: int, deflated: list[tuple[int, i
 def _fast(
     events: list[Event],
     res: ReadResult,
-    task: Task,
+    correction: TimeCorrection,
     job: Job,
     ctx: PassContext,
     out: Outcome,
@@ -192,7 +203,7 @@ def _fast(
 ) -> list[Event]:
     """The fused path (see :mod:`.fastpath`): one loop does every pass, then the events are encoded."""
     anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
-    shift = anchor + task.correction.offset_ns - job.base_ns
+    shift = anchor + correction.offset_ns - job.base_ns
     assert ctx.mapper is not None
     kept, out.phases, lo, hi = fastpath.to_output(
         events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx
@@ -202,6 +213,47 @@ def _fast(
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
     return kept
+
+
+def _scope_partner(tasks: list[Task]) -> tuple[str, dict[int, list[int]]] | None:
+    """The rank's VizTracer flow starts by scope_id, raw ns as its reader will place them (issue 8)."""
+    viz = next((t for t in tasks if t.kind == "viztracer"), None)
+    if viz is None:
+        return None
+    try:
+        scan = scan_viztracer_scope_starts(read_content(viz.source).data)
+        return viz.source.url, scan.absolute(viz.anchor_ns)
+    except ValueError:  # unreadable or unanchored: its own read reports why; Proton keeps the host clock
+        return None
+
+
+def _align_proton(
+    task: Task,
+    events: list[Event],
+    res: ReadResult,
+    partner: tuple[str, dict[int, list[int]]],
+    job: Job,
+    out: Outcome,
+    fast: bool,
+) -> tuple[TimeCorrection, list[Event], bool]:
+    """Align a Proton file on its VizTracer partner; its correction goes on top of the host's."""
+    viz_url, viz_starts = partner
+    starts = proton_scope_starts_of(events, res.anchor_ns or 0, deferred=res.deferred)
+    al = align_pairs(
+        match_keyed(viz_starts, starts),
+        artifact=task.source.url,
+        partner=viz_url,
+        pairing="scope_id",
+        tolerance_ns=job.clock_tolerance_ns,
+        apply=job.clock_mode != "wall",
+    )
+    out.clock = al.record
+    out.problems.extend(clock_problems(al))
+    correction = stack(task.correction, al.correction)
+    if fast and correction.fn is not None:  # a drift line: the fused path only adds a constant
+        res.events, res.deferred = chrome_reader.normalise(events, res.anchor_ns or 0, res), False
+        return correction, res.events, False
+    return correction, events, fast
 
 
 def _report_dropped(out: Outcome, res: ReadResult, path: str) -> None:
