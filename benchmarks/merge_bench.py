@@ -48,7 +48,9 @@ print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest[
                   "size": res.manifest["output"]["size"], "parent_rss_kb": self_kb,
                   "worker_rss_kb": kids.ru_maxrss,
                   "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
-                  "problems": len(res.manifest["problems"])}))
+                  "problems": len(res.manifest["problems"]),
+                  "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0)]
+                            for a in res.manifest["timeline"]["clock"].get("artifacts", [])]}))
 """
 
 BASELINE_CHILD = """
@@ -226,6 +228,15 @@ def main(argv: list[str] | None = None) -> int:
             f"  baseline: stdlib json.load + rewrite + one json.dump of {len(files)} whole files "
             f"({base['events']:,} of {ev_total:,} events; --baseline-events 0 for all)"
         )
+        links = rows[0][1].get("links") or []
+        if links:  # issue 8: VizTracer->Proton scope links Perfetto keeps, before and after alignment
+            pairs = sum(p for p, _, _ in links)
+            before = pairs - sum(raw for _, raw, _ in links)
+            after = pairs - sum(acausal for _, _, acausal in links)
+            print(
+                f"  scope links kept: {before:,}/{pairs:,} ({before / pairs:.1%}) without per-artifact "
+                f"alignment, {after:,}/{pairs:,} ({after / pairs:.1%}) with it ({len(links)} Proton files)"
+            )
         sizes = {fmt: r["size"] for fmt, r, _ in rows}
         if "pftrace" in sizes and "json.gz" in sizes and sizes["json.gz"]:
             print(f"  .pftrace is {sizes['pftrace'] / sizes['json.gz']:.2f}x the size of .json.gz")
