@@ -192,6 +192,34 @@ def exact_times(data: bytes) -> list[_Times] | None:
         return None
 
 
+def start(data: bytes, path: str) -> tuple[Document, ReadResult]:
+    """Decode a Chrome-shaped file and open its result with the decode's problems and counts."""
+    dec = decode(data, path)
+    res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
+    res.read = len(dec.doc.traceEvents) + dec.dropped
+    return dec.doc, res
+
+
+def anchor_or_skip(
+    res: ReadResult,
+    declared: tuple[int | float, str] | None,
+    record_anchor_ns: int | None,
+    path: str,
+    unanchored_detail: str,
+) -> int | None:
+    """Place a file on the wall clock: its own anchor, else its process record's, else skip it as
+    ``unanchored`` — never silently at time zero. Returns the anchor, or None when skipped."""
+    if declared is not None:
+        res.anchor_ns, res.anchor_source = int(declared[0]), declared[1]
+    elif record_anchor_ns is not None:
+        res.anchor_ns, res.anchor_source = record_anchor_ns, "process record"
+    else:
+        res.skip = True
+        res.problems.append(Problem("unanchored", path, unanchored_detail))
+        return None
+    return res.anchor_ns
+
+
 def normalise(events: list[Event], anchor_ns: int, result: ReadResult) -> list[Event]:
     """Metadata events into ``result``'s names; the rest to absolute ns (dropping invalid ones).
 

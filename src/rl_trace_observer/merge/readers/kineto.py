@@ -37,10 +37,8 @@ class KinetoReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        dec = chrome_json.decode(data, ctx.path)
-        doc = dec.doc
-        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
-        res.read = len(doc.traceEvents) + dec.dropped
+        doc, res = chrome_json.start(data, ctx.path)
+        decoded_cleanly = not res.problems
         if doc.host_name is not UNSET:
             res.meta["host_name"] = doc.host_name
         if doc.distributedInfo is not UNSET:
@@ -63,7 +61,7 @@ class KinetoReader:
             )
             return res
         res.anchor_ns, res.anchor_source = 0, "absolute epoch µs (torch < 2.4)"
-        times = chrome_json.exact_times(data) if not dec.problems else None
+        times = chrome_json.exact_times(data) if decoded_cleanly else None
         if times is not None and len(times) == len(doc.traceEvents):
             res.events = chrome_json.normalise_exact(doc.traceEvents, times, 0, res)
         else:

@@ -15,7 +15,6 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Problem
 from ..sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
@@ -43,26 +42,21 @@ class ProtonReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        dec = chrome_json.decode(data, ctx.path)
-        doc = dec.doc
-        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
-        res.read = len(doc.traceEvents) + dec.dropped
-        if doc.baseTimeNanoseconds is not UNSET:
-            res.anchor_ns, res.anchor_source = int(doc.baseTimeNanoseconds), "baseTimeNanoseconds"
-        elif ctx.anchor_ns is not None:
-            res.anchor_ns, res.anchor_source = ctx.anchor_ns, "process record"
-        else:
-            res.skip = True
-            res.problems.append(
-                Problem(
-                    "unanchored",
-                    ctx.path,
-                    "Proton trace without baseTimeNanoseconds (upstream Proton: ts relative to its first "
-                    "event); not placed at time zero — use TokenSpeed's Proton or register an anchor_ns",
-                )
-            )
+        doc, res = chrome_json.start(data, ctx.path)
+        declared = (
+            None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
+        )
+        anchor = chrome_json.anchor_or_skip(
+            res,
+            declared,
+            ctx.anchor_ns,
+            ctx.path,
+            "Proton trace without baseTimeNanoseconds (upstream Proton: ts relative to its first "
+            "event); not placed at time zero — use TokenSpeed's Proton or register an anchor_ns",
+        )
+        if anchor is None:
             return res
-        chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
+        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
         return res
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
@@ -86,21 +80,16 @@ class ChromeJsonReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        dec = chrome_json.decode(data, ctx.path)
-        doc = dec.doc
-        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
-        res.read = len(doc.traceEvents) + dec.dropped
-        if doc.baseTimeNanoseconds is not UNSET:
-            res.anchor_ns, res.anchor_source = int(doc.baseTimeNanoseconds), "baseTimeNanoseconds"
-        elif ctx.anchor_ns is not None:
-            res.anchor_ns, res.anchor_source = ctx.anchor_ns, "process record"
-        else:
-            res.skip = True
-            res.problems.append(
-                Problem("unanchored", ctx.path, "Chrome trace of unknown origin with no anchor")
-            )
+        doc, res = chrome_json.start(data, ctx.path)
+        declared = (
+            None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
+        )
+        anchor = chrome_json.anchor_or_skip(
+            res, declared, ctx.anchor_ns, ctx.path, "Chrome trace of unknown origin with no anchor"
+        )
+        if anchor is None:
             return res
-        chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
+        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
         return res
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:

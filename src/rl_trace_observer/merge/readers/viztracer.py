@@ -12,7 +12,6 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Problem
 from ..sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
@@ -34,23 +33,21 @@ class VizTracerReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        dec = chrome_json.decode(data, ctx.path)
-        doc = dec.doc
-        res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
-        res.read = len(doc.traceEvents) + dec.dropped
+        doc, res = chrome_json.start(data, ctx.path)
         meta = doc.viztracer_metadata
+        declared = None
         if meta is not UNSET and meta.baseTimeNanoseconds is not UNSET:
-            res.anchor_ns = int(meta.baseTimeNanoseconds)
-            res.anchor_source = "viztracer_metadata.baseTimeNanoseconds"
-        elif ctx.anchor_ns is not None:
-            res.anchor_ns, res.anchor_source = ctx.anchor_ns, "process record"
-        else:
-            res.skip = True
-            res.problems.append(
-                Problem("unanchored", ctx.path, "no viztracer_metadata.baseTimeNanoseconds (VizTracer CLI?)")
-            )
+            declared = (meta.baseTimeNanoseconds, "viztracer_metadata.baseTimeNanoseconds")
+        anchor = chrome_json.anchor_or_skip(
+            res,
+            declared,
+            ctx.anchor_ns,
+            ctx.path,
+            "no viztracer_metadata.baseTimeNanoseconds (VizTracer CLI?)",
+        )
+        if anchor is None:
             return res
-        chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
+        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
         return res
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
