@@ -12,13 +12,10 @@ back to one whole-document decode (a test checks both give the same summary). Ti
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import gzip
 import heapq
 import re
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +25,7 @@ import orjson
 from msgspec import UNSET, UnsetType
 
 from ..merge.model import us_to_ns
+from ..merge.readers.chrome_json import gc_paused  # one GC policy for every bulk decoder
 from .report_stages import OTHER, classify
 from .report_stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_events
 
@@ -205,18 +203,6 @@ class _Collector:
     def finish(self) -> None:
         self.data.unmatched_ends += sum(len(s) for s in self._open.values())
         self.data.longest = [s for _, _, s in sorted(self._heap, key=lambda it: it[:2], reverse=True)]
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic GC rescans every container on each collection: 2-5x slower bulk decoding."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _open_binary(path: Path) -> BinaryIO:
