@@ -109,7 +109,7 @@ def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ct
     prefix, mask, append, unset = scope_flow_id(ctx.scope_namespace, 0), SCOPE_ID_MASK, out.append, UNSET
     name, cat, end = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT, "e"
     ends = 0
-    for e, sid in zip(scoped, _scope_ids(scoped), strict=True):
+    for e, sid in zip(scoped, scope_ids(scoped), strict=True):
         if sid is None:
             continue
         found.add(sid)
@@ -124,7 +124,7 @@ def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ct
         counts["f"] = counts.get("f", 0) + ends
 
 
-def _scope_ids(scoped: list[Event]) -> list[int | None]:
+def scope_ids(scoped: list[Event]) -> list[int | None]:
     """Every ``args.scope_id`` in one decode (one call per scope costs more than the loop around it)."""
     try:
         raw = b"[" + b",".join([e.args for e in scoped]) + b"]"  # type: ignore[misc]

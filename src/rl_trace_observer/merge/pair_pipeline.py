@@ -19,11 +19,12 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from .flowspace import scope_ids
 from .model import Event, Problem, us_to_ns
 from .pair_align import PairAlignment, PairCorrection, chain
 from .passes import TimeCorrection
 
-__all__ = ["as_span_dicts", "clock_problems", "proton_scope_starts_of", "stack"]
+__all__ = ["as_span_dicts", "clock_problems", "proton_scope_starts_of", "stack", "viz_scope_starts_of"]
 
 
 class _ScopeArgs(msgspec.Struct, gc=False):
@@ -33,8 +34,26 @@ class _ScopeArgs(msgspec.Struct, gc=False):
 _ARGS = msgspec.json.Decoder(_ScopeArgs)
 
 
+_ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R rounds x to an integer (see .fastpath)
+_FAST_US = float(1 << 40)  # below ~12.7 days, ts * 1000 is within 0.25 ns of the decimal written
+
+
 def _ns(value: Any, anchor_ns: int, deferred: bool) -> int:
     return anchor_ns + us_to_ns(value) if deferred else int(value)
+
+
+def _raw_ns(times: list[Any], anchor_ns: int, deferred: bool) -> list[int]:
+    """Reader times (µs after the anchor when ``deferred``, else ns) → exact absolute ns.
+
+    One comprehension without a call per event on the usual range (TokenSpeed files count from
+    their own anchor); :func:`.model.us_to_ns` beyond it.
+    """
+    if not deferred:
+        return [int(t) for t in times]
+    if times and min(times) > -_FAST_US and max(times) < _FAST_US:
+        r = _ROUNDER
+        return [anchor_ns + int(t * 1000.0 + r - r) for t in times]
+    return [anchor_ns + us_to_ns(t) for t in times]
 
 
 def proton_scope_starts_of(
@@ -46,17 +65,38 @@ def proton_scope_starts_of(
     ``anchor_ns`` is then the reader's anchor, else ignored. Events whose ``args`` do not decode, or
     carry no integer ``scope_id``, are not paired (the scope link pass skips them too).
     """
+    unset = UNSET
+    scoped = [
+        e for e in events if e.cat == "scope" and e.ph == "X" and e.args is not unset and e.ts is not unset
+    ]
+    return _by_scope(scope_ids(scoped), _raw_ns([e.ts for e in scoped], anchor_ns, deferred))
+
+
+def viz_scope_starts_of(events: list[Event], anchor_ns: int, *, deferred: bool) -> dict[int, list[int]]:
+    """scope_id → raw ns of a VizTracer report's ``viztracer->proton`` flow starts (their ``id``, which
+    the scope link pass matches too; ``args.scope_id`` when the id is not an integer)."""
+    timed = [e for e in events if e.ts is not UNSET]
+    return _by_scope([_flow_scope(e) for e in timed], _raw_ns([e.ts for e in timed], anchor_ns, deferred))
+
+
+def _flow_scope(e: Event) -> Any:
+    if e.id.__class__ is int or e.args is UNSET:
+        return e.id
+    try:
+        return _ARGS.decode(e.args).scope_id
+    except msgspec.DecodeError:
+        return None
+
+
+def _by_scope(ids: list[Any], times: list[int]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
-    for e in events:
-        if e.cat != "scope" or e.ph != "X" or e.args is UNSET:
-            continue
-        try:
-            sid = _ARGS.decode(e.args).scope_id
-        except msgspec.DecodeError:
-            continue
-        if sid.__class__ is not int or e.ts is UNSET:
-            continue
-        out.setdefault(sid, []).append(_ns(e.ts, anchor_ns, deferred))
+    for sid, ns in zip(ids, times, strict=True):
+        if sid.__class__ is int:
+            found = out.get(sid)
+            if found is None:
+                out[sid] = [ns]
+            else:
+                found.append(ns)
     return out
 
 

@@ -8,26 +8,24 @@ next file of the job is read.
 
 from __future__ import annotations
 
-import io
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-import msgspec
-from msgspec import UNSET
-
 from . import fastpath, memory, spill
 from .clock_probe import SpanSummary, stage_spans
-from .identity import ProcessDecl, ThreadDecl, process_title
+from .identity import ProcessDecl, ThreadDecl
+from .job_pftrace import PftraceSink
 from .model import Event, Problem, ProcessKey
 from .pair_align import align_pairs
 from .pair_extract import match_keyed, scan_viztracer_scope_starts
-from .pair_pipeline import clock_problems, proton_scope_starts_of, stack
-from .passes import IdentityMapper, PassContext, TimeCorrection, run_passes
+from .pair_pipeline import clock_problems, proton_scope_starts_of, stack, viz_scope_starts_of
+from .passes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext, TimeCorrection, run_passes
 from .readers import ReadContext, ReadResult, reader_for
 from .readers import chrome_json as chrome_reader
-from .readers.chrome_json import NotATrace, decode_raw_args, gc_paused
+from .readers.chrome_json import NotATrace, gc_paused
 from .sources import Source, read_content
 from .writers import chrome_json
 
@@ -116,13 +114,11 @@ def run_job(job: Job) -> JobResult:
 
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
-    scopes: set[int] | None = None
-    pairs = {t.kind for t in job.tasks} >= {"proton", "viztracer"}  # a TokenSpeed rank's two reports
-    pf = _PftraceSink(job) if job.out_format == "pftrace" else None
+    pf = PftraceSink(job) if job.out_format == "pftrace" else None
+    rank = _Rank(job.tasks, hold=pf is None) if _is_rank(job.tasks) else None
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
-    partner = _scope_partner(job.tasks) if pairs else None
-    for task in job.tasks:
+    for task in rank.order(job.tasks) if rank is not None else job.tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
         fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
@@ -131,48 +127,22 @@ def _run_job(job: Job) -> JobResult:
             continue
         events, mapper, res = read
         correction = task.correction
-        if partner is not None and task.kind == "proton":
+        if rank is not None and task.kind == "viztracer" and rank.hold:
+            events = rank.hold_flows(events, _Held(task, [], mapper, res, out, fast))
+        elif rank is not None and task.kind == "proton" and (partner := rank.partner()) is not None:
             correction, events, fast = _align_proton(task, events, res, partner, job, out, fast)
-        ctx = PassContext(
-            correction=correction,
-            windows=job.windows,
-            min_dur_ns=job.min_dur_ns,
-            mapper=mapper,
-            namespace=task.namespace,
-            scope_namespace=job.scope_namespace,
-            collect_scopes=pairs and task.kind == "proton",
-            scopes=scopes
-            if task.kind == "proton"
-            else (scopes or set())
-            if task.kind == "viztracer"
-            else None,
-        )
-        kept = _fast(events, res, correction, job, ctx, out, result) if fast else run_passes(events, ctx)
-        out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
-        if ctx.collect_scopes:
-            scopes = ctx.scopes
-        out.read, out.dropped = (
-            res.read - res.metadata,
-            res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
-        )
-        _report_dropped(out, res, task.source.url)
-        out.stats = ctx.stats
-        out.filtered = ctx.stats.get("filtered", 0)
-        out.kept = len(kept)
-        if not fast:  # the fused loop counted them
-            out.phases = dict(Counter(map(attrgetter("ph"), kept)))
-        result.processes.update(mapper.processes)
-        result.threads.update(mapper.threads)
-        if pf is not None:
-            pf.add(kept, mapper, out)
-        elif not fast:
-            pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
-            result.pieces.extend(pieces)
-            if kept:
-                out.min_ts, out.max_ts = lo, hi
+        ctx = _context(job, task, correction, mapper, rank)
+        _emit(job, task, events, res, ctx, out, result, pf, fast)
+        if rank is not None and ctx.collect_scopes:
+            rank.scopes = ctx.scopes
         if _in_worker:
             memory.keep_arenas(events)
-        del kept, events, res
+        del events, res
+        spilled += _spill(job, result, spilled, deflated)
+    if rank is not None and rank.held:
+        for held in rank.held:
+            _emit_held(job, held, rank.scopes or set(), result, pf)
+        rank.held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
         result.pieces, result.writer_stats = pf.close()
@@ -181,6 +151,62 @@ def _run_job(job: Job) -> JobResult:
         assert job.spill_path is not None
         result.pieces = [spill.Spilled(job.spill_path, spilled, tuple(deflated))]
     return result
+
+
+def _context(
+    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: _Rank | None
+) -> PassContext:
+    """A TokenSpeed rank's Proton files collect scope ids; a VizTracer report links its scope flows to
+    them (none outside a rank: its scope flows are dropped as unlinked)."""
+    proton = rank is not None and task.kind == "proton"
+    scopes = (rank.scopes or set()) if rank is not None else set()
+    return PassContext(
+        correction=correction,
+        windows=job.windows,
+        min_dur_ns=job.min_dur_ns,
+        mapper=mapper,
+        namespace=task.namespace,
+        scope_namespace=job.scope_namespace,
+        collect_scopes=proton,
+        scopes=rank.scopes if proton and rank is not None else scopes if task.kind == "viztracer" else None,
+    )
+
+
+def _emit(
+    job: Job,
+    task: Task,
+    events: list[Event],
+    res: ReadResult,
+    ctx: PassContext,
+    out: Outcome,
+    result: JobResult,
+    pf: PftraceSink | None,
+    fast: bool,
+) -> None:
+    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts."""
+    assert ctx.mapper is not None
+    mapper = ctx.mapper
+    kept = _fast(events, res, ctx.correction, job, ctx, out, result) if fast else run_passes(events, ctx)
+    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
+    out.read, out.dropped = (
+        res.read - res.metadata,
+        res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
+    )
+    _report_dropped(out, res, task.source.url)
+    out.stats = ctx.stats
+    out.filtered = ctx.stats.get("filtered", 0)
+    out.kept = len(kept)
+    if not fast:  # the fused loop counted them
+        out.phases = dict(Counter(map(attrgetter("ph"), kept)))
+    result.processes.update(mapper.processes)
+    result.threads.update(mapper.threads)
+    if pf is not None:
+        pf.add(kept, mapper, out)
+    elif not fast:
+        pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
+        result.pieces.extend(pieces)
+        if kept:
+            out.min_ts, out.max_ts = lo, hi
 
 
 def _spill(job: Job, result: JobResult, before: int, deflated: list[tuple[int, int]]) -> int:
@@ -215,8 +241,68 @@ def _fast(
     return kept
 
 
-def _scope_partner(tasks: list[Task]) -> tuple[str, dict[int, list[int]]] | None:
-    """The rank's VizTracer flow starts by scope_id, raw ns as its reader will place them (issue 8)."""
+def _is_rank(tasks: list[Task]) -> bool:
+    return {t.kind for t in tasks} >= {"proton", "viztracer"}  # a TokenSpeed rank's reports
+
+
+@dataclass
+class _Held:
+    """A VizTracer report's ``viztracer->proton`` flow starts, written after its rank's Proton files."""
+
+    task: Task
+    events: list[Event]
+    mapper: IdentityMapper
+    res: ReadResult
+    out: Outcome
+    fast: bool
+
+
+class _Rank:
+    """A TokenSpeed rank's reports in one job (issue 8): Proton aligns on the VizTracer flow starts,
+    and those starts link only to scopes Proton recorded.
+
+    Chrome JSON output (``hold``): the VizTracer report goes first, its flow starts (one per kernel
+    scope) held back; the Proton files align on them and record their scope ids; the held starts are
+    written last. Each file is read once (Perfetto's JSON importer sorts by time: file position does
+    not matter). Protobuf output binds a flow start to the slice being written around it, so there
+    the Proton files go first and the VizTracer report is scanned once beforehand for its starts.
+    """
+
+    def __init__(self, tasks: list[Task], *, hold: bool) -> None:
+        self.hold = hold
+        self.scopes: set[int] | None = None
+        self.held: list[_Held] = []
+        self._scan = None if hold else _scope_scan(tasks)
+
+    def order(self, tasks: list[Task]) -> list[Task]:
+        first = "viztracer" if self.hold else "proton"
+        return sorted(tasks, key=lambda t: t.kind != first)
+
+    def hold_flows(self, events: list[Event], held: _Held) -> list[Event]:
+        """The report's events without its scope flow starts, which ``held`` keeps."""
+        name, cat = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT
+        starts = [e for e in events if e.ph == "s" and e.name == name and e.cat == cat]
+        if starts:
+            keep = set(map(id, starts))
+            events = [e for e in events if id(e) not in keep]
+            held.events = starts
+            self.held.append(held)
+        return events
+
+    def partner(self) -> tuple[str, dict[int, list[int]]] | None:
+        """The VizTracer flow starts by scope id, raw ns as its reader placed them."""
+        if not self.hold:
+            return self._scan
+        if not self.held:
+            return None
+        first = self.held[0]
+        return first.task.source.url, viz_scope_starts_of(
+            first.events, first.res.anchor_ns or 0, deferred=first.res.deferred
+        )
+
+
+def _scope_scan(tasks: list[Task]) -> tuple[str, dict[int, list[int]]] | None:
+    """The rank's VizTracer flow starts read ahead of the report itself (protobuf output)."""
     viz = next((t for t in tasks if t.kind == "viztracer"), None)
     if viz is None:
         return None
@@ -225,6 +311,32 @@ def _scope_partner(tasks: list[Task]) -> tuple[str, dict[int, list[int]]] | None
         return viz.source.url, scan.absolute(viz.anchor_ns)
     except ValueError:  # unreadable or unanchored: its own read reports why; Proton keeps the host clock
         return None
+
+
+def _emit_held(job: Job, held: _Held, scopes: set[int], result: JobResult, pf: PftraceSink | None) -> None:
+    """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
+    res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
+    sub = Outcome(held.out.index)
+    ctx = _context(job, held.task, held.task.correction, held.mapper, None)
+    ctx.scopes = scopes
+    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast)
+    out = held.out
+    out.kept += sub.kept
+    out.dropped += sub.dropped
+    out.filtered += sub.filtered
+    for ph, n in sub.phases.items():
+        out.phases[ph] = out.phases.get(ph, 0) + n
+    for key, n in sub.stats.items():
+        out.stats[key] = out.stats.get(key, 0) + n
+    if sub.min_ts is not None and sub.max_ts is not None:
+        out.min_ts = sub.min_ts if out.min_ts is None else min(out.min_ts, sub.min_ts)
+        out.max_ts = sub.max_ts if out.max_ts is None else max(out.max_ts, sub.max_ts)
+    if res.dropped:  # rare: a flow start with a bad time; one problem line for the whole file
+        out.problems = [p for p in out.problems if p.kind != "dropped_events"]
+        total = held.res.dropped + res.dropped
+        out.problems.append(
+            Problem("dropped_events", held.task.source.url, f"{total} events with invalid fields or values")
+        )
 
 
 def _align_proton(
@@ -299,93 +411,3 @@ def _read(
         IdentityMapper(reader, res, ctx, task.host, task.owner_merged, task.owner_key, planned),
         res,
     )
-
-
-class _PftraceSink:
-    """Writes a job's events as its own protobuf sequence (interning is per sequence)."""
-
-    def __init__(self, job: Job) -> None:
-        from .writers.pftrace import PftraceWriter
-
-        self.job = job
-        self.buf = io.BytesIO()
-        self.writer = PftraceWriter(self.buf, base_ns=job.base_ns, sequence_id=job.sequence_id)
-        self.declared: set[int] = set()
-
-    def add(self, events: list[Event], mapper: IdentityMapper, out: Outcome) -> None:
-        w = self.writer
-        for pid, decl in sorted(mapper.processes.items()):
-            if pid not in self.declared:
-                self.declared.add(pid)
-                w.process(pid, process_title(decl, self.job.titles), pid)
-        for (pid, tid), th in sorted(mapper.threads.items()):
-            w.thread(pid, tid, th.name, th.sort_index)
-        events.sort(key=_order)
-        if events:
-            starts: list[Any] = [e.ts for e in events]
-            out.min_ts, out.max_ts = starts[0], max(starts)
-        w.write_many(_normalised(e) for e in events)
-
-    def close(self) -> tuple[list[Any], dict[str, Any]]:
-        stats = self.writer.close()
-        return [self.buf.getvalue()], {
-            "slices": stats.slices,
-            "instants": stats.instants,
-            "counters": stats.counters,
-            "dropped": dict(stats.dropped),
-        }
-
-
-def _order(e: Event) -> tuple[Any, ...]:
-    """Per thread: by start; a parent (longer) before its child; slices before flows that bind to them."""
-    dur: Any = e.dur if e.dur is not UNSET else 0
-    return (e.ts, e.ph not in ("X", "B"), -dur)
-
-
-def _normalised(e: Event) -> dict[str, Any]:
-    """docs/FORMATS.md §3: the event as a dict with exact ``ts_ns``/``dur_ns``.
-
-    ``args`` stay the source's JSON text (compacted when pretty-printed) for the writer to embed as is:
-    decoding them only to encode them again was a fifth of the ``.pftrace`` path's time. Counters (the writer
-    reads their values) and text with ``\\u`` escapes (lone surrogates need the writer's care) are
-    decoded as before; non-object args mean no args, as :func:`..readers.chrome_json.decode_raw_args` says.
-    """
-    unset = UNSET
-    ev: dict[str, Any] = {"ph": e.ph, "ts_ns": e.ts, "pid": e.pid, "tid": e.tid}
-    if e.dur is not unset:
-        ev["dur_ns"] = e.dur
-    if e.name is not unset:
-        ev["name"] = e.name
-    if e.cat is not unset:
-        ev["cat"] = e.cat
-    if e.id is not unset:
-        ev["id"] = e.id
-    if e.bind_id is not unset:
-        ev["bind_id"] = e.bind_id
-        if e.flow_in is not unset:
-            ev["flow_in"] = e.flow_in
-        if e.flow_out is not unset:
-            ev["flow_out"] = e.flow_out
-    if e.bp is not unset:
-        ev["bp"] = e.bp
-    if e.s is not unset:
-        ev["s"] = e.s
-    if e.scope is not unset:
-        ev["scope"] = e.scope
-    if e.cname is not unset:
-        ev["cname"] = e.cname
-    if e.args is not unset:
-        ev["args"] = _args_json(e)
-    if e.id2 is not unset:
-        ev["id2"] = bytes(e.id2).decode()
-    return ev
-
-
-def _args_json(e: Event) -> Any:
-    """An event's args for the writer: compact JSON text of a non-empty object, else a dict."""
-    raw = bytes(e.args)  # type: ignore[arg-type]
-    if e.ph == "C" or b"\\u" in raw:
-        return decode_raw_args(e)
-    if b"\n" in raw:
-        raw = msgspec.json.format(raw, indent=-1)
-    return raw if raw[:1] == b"{" and raw != b"{}" else {}
