@@ -172,6 +172,10 @@ def test_stage_regions_that_no_clock_offset_can_line_up_are_clock_problems(tmp_p
     details = _clock_problems(res.manifest)
     assert any("'actor_update' in two sources is 5000.0 µs apart" in d for d in details), details
     assert any("'ref_compute_log_prob' in two sources is 5000.0 µs apart" in d for d in details)
+    # the per-artifact alignment (issue 8) sees it too, and moves the file by the middle of its bounds: 0
+    assert any("cannot all hold" in d and "split in the middle" in d for d in details), details
+    (record,) = section["artifacts"]
+    assert record["pairing"] == "stage_name" and record["offset_ns"] == 0 and record["acausal_pairs"] == 2
     assert res.exit_code == 1 and res.manifest["status"] == "partial"
 
     # Within tolerance (1 ms), and nested: checked and passed.

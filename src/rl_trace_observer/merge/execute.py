@@ -75,19 +75,14 @@ def build_jobs(
     index = {id(a): i for i, a in enumerate(plan.artifacts)}
     planned = {k: p.merged_pid for k, p in plan.processes.items()}
     titles = clock.titles(plan)  # process labels, with each host's clock correction
-    groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
-    singles: list[list[PlannedArtifact]] = []
-    for art in plan.selected():
-        if art.info.kind in ("proton", "viztracer") and art.hints.group:
-            groups.setdefault((posixpath.dirname(art.source.path), art.hints.group), []).append(art)
-        else:
-            singles.append([art])
-    units = singles + [
-        sorted(g, key=lambda a: (a.info.kind != "proton", a.source.path)) for g in groups.values()
-    ]
+    units = _units(plan)
+    stage_logs = _stage_partners(plan)
     jobs = []
     for n, unit in enumerate(units):
         tasks = [_task(index[id(a)], a, plan, clock) for a in unit]
+        for task, art in zip(tasks, unit, strict=True):
+            if art.info.kind == "torch":
+                task.stage_log = stage_logs.get(art.info.owner)
         weight = sum(_estimate(a.source) for a in unit)
         jobs.append(
             Job(
@@ -108,6 +103,30 @@ def build_jobs(
     for seq, job in enumerate(jobs, start=1):
         job.sequence_id = seq
     return jobs
+
+
+def _units(plan: Plan) -> list[list[PlannedArtifact]]:
+    """Artifacts merged together in one job: a TokenSpeed rank's reports (:mod:`.partners`); every
+    other artifact alone."""
+    groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
+    singles: list[list[PlannedArtifact]] = []
+    for art in plan.selected():
+        if art.info.kind in ("proton", "viztracer") and art.hints.group:
+            groups.setdefault((posixpath.dirname(art.source.path), art.hints.group), []).append(art)
+        else:
+            singles.append([art])
+    return singles + [sorted(g, key=lambda a: a.source.path) for g in groups.values()]
+
+
+def _stage_partners(plan: Plan) -> dict[Any, Source]:
+    """Owner process → its RL-Insight event log, which that process's Torch traces align on. The log
+    is read again inside each Torch job (a few MB, against ~100 MB of Torch trace): the jobs stay
+    small enough to run side by side."""
+    out: dict[Any, Source] = {}
+    for art in plan.selected():
+        if art.info.kind == "rl_insight" and art.info.owner is not None:
+            out.setdefault(art.info.owner, art.source)
+    return out
 
 
 def _task(i: int, art: PlannedArtifact, plan: Plan, clock: ClockChoice) -> Task:

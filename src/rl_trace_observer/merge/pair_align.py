@@ -23,7 +23,8 @@ line under all of them is fitted too (the lower convex hull's edge above the mea
 under every point with the smallest total gap), which follows a clock that drifts inside the file;
 it is used when the drift it removes exceeds its own residual and 1 µs (``fit="auto"``).
 ``policy="minimal"`` (stage spans, whose natural gaps are large: a discrete-mode Torch profiler
-start/stop sits between the two) moves B only as far as needed to satisfy every pair.
+start/stop sits between the two) moves B only as far as needed to satisfy every pair; when no
+offset satisfies them all, it takes the middle of the two bounds, where the worst pair breaks least.
 
 What the data can prove (tight policy): the true offset is at most ``offset_ns + margin_ns`` (no
 pair can be acausal), and below it by no more than the smallest real partner delay, which the data
@@ -293,6 +294,8 @@ def _constant(after: _Side, before: _Side, policy: str, margin: int) -> PairCorr
     hi = min(after.gs) if after.gs else None
     lo = -min(before.gs) if before.gs else None
     if policy == "minimal":
+        if hi is not None and lo is not None and lo + margin > hi - margin:
+            return PairCorrection((lo + hi) // 2)  # none holds every pair: the worst one breaks least
         off = 0
         if hi is not None and off > hi - margin:
             off = hi - margin
@@ -411,7 +414,8 @@ def _problems(
     if est.lo_ns is not None and est.hi_ns is not None and est.lo_ns > est.hi_ns:
         out.append(
             f"pairs with {partner} cannot all hold: B would need an offset ≥ {_us(est.lo_ns)} and "
-            f"≤ {_us(est.hi_ns)}; the starts were kept causal"
+            f"≤ {_us(est.hi_ns)}; "
+            + ("the starts were kept causal" if policy == "tight" else "it was split in the middle")
         )
     if policy == "tight" and est.residual_ns > tolerance_ns:
         out.append(f"pairs with {partner} spread {est.residual_ns / 1000:.1f} µs after correction ({tol})")

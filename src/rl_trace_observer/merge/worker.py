@@ -19,10 +19,10 @@ from .clock_probe import SpanSummary, stage_spans
 from .identity import ProcessDecl, ThreadDecl
 from .job_pftrace import PftraceSink
 from .model import Event, Problem, ProcessKey
-from .pair_align import align_pairs
-from .pair_extract import match_keyed, scan_viztracer_scope_starts
-from .pair_pipeline import clock_problems, proton_scope_starts_of, stack, viz_scope_starts_of
-from .passes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext, TimeCorrection, run_passes
+from .pair_align import PairAlignment
+from .pair_pipeline import clock_problems, stack
+from .partners import RankLinks, StageLinks
+from .passes import IdentityMapper, PassContext, TimeCorrection, run_passes
 from .readers import ReadContext, ReadResult, reader_for
 from .readers import chrome_json as chrome_reader
 from .readers.chrome_json import NotATrace, gc_paused
@@ -45,6 +45,7 @@ class Task:
     anchor_ns: int | None
     namespace: int
     correction: TimeCorrection
+    stage_log: Source | None = None  # a Torch trace's RL-Insight event log, to align on (.partners)
 
 
 @dataclass
@@ -115,10 +116,12 @@ def run_job(job: Job) -> JobResult:
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
     pf = PftraceSink(job) if job.out_format == "pftrace" else None
-    rank = _Rank(job.tasks, hold=pf is None) if _is_rank(job.tasks) else None
+    rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
+    tasks = rank.order(job.tasks) if rank is not None else job.tasks
+    held: list[_Held] = []
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
-    for task in rank.order(job.tasks) if rank is not None else job.tasks:
+    for task in tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
         fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
@@ -127,10 +130,18 @@ def _run_job(job: Job) -> JobResult:
             continue
         events, mapper, res = read
         correction = task.correction
+        url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
+        aligned: PairAlignment | None = None
         if rank is not None and task.kind == "viztracer" and rank.hold:
-            events = rank.hold_flows(events, _Held(task, [], mapper, res, out, fast))
-        elif rank is not None and task.kind == "proton" and (partner := rank.partner()) is not None:
-            correction, events, fast = _align_proton(task, events, res, partner, job, out, fast)
+            events, starts = rank.hold_flows(url, events, res)
+            if starts:
+                held.append(_Held(task, starts, mapper, res, out, fast))
+        elif rank is not None and task.kind == "proton":
+            aligned = rank.align(url, events, res, tol, apply)
+        elif task.kind == "torch" and task.stage_log is not None:
+            aligned = StageLinks.read(task.stage_log).align(url, events, res, tol, apply)
+        if aligned is not None:
+            correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
         ctx = _context(job, task, correction, mapper, rank)
         _emit(job, task, events, res, ctx, out, result, pf, fast)
         if rank is not None and ctx.collect_scopes:
@@ -139,10 +150,10 @@ def _run_job(job: Job) -> JobResult:
             memory.keep_arenas(events)
         del events, res
         spilled += _spill(job, result, spilled, deflated)
-    if rank is not None and rank.held:
-        for held in rank.held:
-            _emit_held(job, held, rank.scopes or set(), result, pf)
-        rank.held.clear()
+    if held:
+        for h in held:
+            _emit_held(job, h, (rank.scopes if rank is not None else None) or set(), result, pf)
+        held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
         result.pieces, result.writer_stats = pf.close()
@@ -154,7 +165,7 @@ def _run_job(job: Job) -> JobResult:
 
 
 def _context(
-    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: _Rank | None
+    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: RankLinks | None
 ) -> PassContext:
     """A TokenSpeed rank's Proton files collect scope ids; a VizTracer report links its scope flows to
     them (none outside a rank: its scope flows are dropped as unlinked)."""
@@ -241,10 +252,6 @@ def _fast(
     return kept
 
 
-def _is_rank(tasks: list[Task]) -> bool:
-    return {t.kind for t in tasks} >= {"proton", "viztracer"}  # a TokenSpeed rank's reports
-
-
 @dataclass
 class _Held:
     """A VizTracer report's ``viztracer->proton`` flow starts, written after its rank's Proton files."""
@@ -255,62 +262,6 @@ class _Held:
     res: ReadResult
     out: Outcome
     fast: bool
-
-
-class _Rank:
-    """A TokenSpeed rank's reports in one job (issue 8): Proton aligns on the VizTracer flow starts,
-    and those starts link only to scopes Proton recorded.
-
-    Chrome JSON output (``hold``): the VizTracer report goes first, its flow starts (one per kernel
-    scope) held back; the Proton files align on them and record their scope ids; the held starts are
-    written last. Each file is read once (Perfetto's JSON importer sorts by time: file position does
-    not matter). Protobuf output binds a flow start to the slice being written around it, so there
-    the Proton files go first and the VizTracer report is scanned once beforehand for its starts.
-    """
-
-    def __init__(self, tasks: list[Task], *, hold: bool) -> None:
-        self.hold = hold
-        self.scopes: set[int] | None = None
-        self.held: list[_Held] = []
-        self._scan = None if hold else _scope_scan(tasks)
-
-    def order(self, tasks: list[Task]) -> list[Task]:
-        first = "viztracer" if self.hold else "proton"
-        return sorted(tasks, key=lambda t: t.kind != first)
-
-    def hold_flows(self, events: list[Event], held: _Held) -> list[Event]:
-        """The report's events without its scope flow starts, which ``held`` keeps."""
-        name, cat = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT
-        starts = [e for e in events if e.ph == "s" and e.name == name and e.cat == cat]
-        if starts:
-            keep = set(map(id, starts))
-            events = [e for e in events if id(e) not in keep]
-            held.events = starts
-            self.held.append(held)
-        return events
-
-    def partner(self) -> tuple[str, dict[int, list[int]]] | None:
-        """The VizTracer flow starts by scope id, raw ns as its reader placed them."""
-        if not self.hold:
-            return self._scan
-        if not self.held:
-            return None
-        first = self.held[0]
-        return first.task.source.url, viz_scope_starts_of(
-            first.events, first.res.anchor_ns or 0, deferred=first.res.deferred
-        )
-
-
-def _scope_scan(tasks: list[Task]) -> tuple[str, dict[int, list[int]]] | None:
-    """The rank's VizTracer flow starts read ahead of the report itself (protobuf output)."""
-    viz = next((t for t in tasks if t.kind == "viztracer"), None)
-    if viz is None:
-        return None
-    try:
-        scan = scan_viztracer_scope_starts(read_content(viz.source).data)
-        return viz.source.url, scan.absolute(viz.anchor_ns)
-    except ValueError:  # unreadable or unanchored: its own read reports why; Proton keeps the host clock
-        return None
 
 
 def _emit_held(job: Job, held: _Held, scopes: set[int], result: JobResult, pf: PftraceSink | None) -> None:
@@ -339,29 +290,13 @@ def _emit_held(job: Job, held: _Held, scopes: set[int], result: JobResult, pf: P
         )
 
 
-def _align_proton(
-    task: Task,
-    events: list[Event],
-    res: ReadResult,
-    partner: tuple[str, dict[int, list[int]]],
-    job: Job,
-    out: Outcome,
-    fast: bool,
+def _apply_alignment(
+    aligned: PairAlignment, task: Task, events: list[Event], res: ReadResult, out: Outcome, fast: bool
 ) -> tuple[TimeCorrection, list[Event], bool]:
-    """Align a Proton file on its VizTracer partner; its correction goes on top of the host's."""
-    viz_url, viz_starts = partner
-    starts = proton_scope_starts_of(events, res.anchor_ns or 0, deferred=res.deferred)
-    al = align_pairs(
-        match_keyed(viz_starts, starts),
-        artifact=task.source.url,
-        partner=viz_url,
-        pairing="scope_id",
-        tolerance_ns=job.clock_tolerance_ns,
-        apply=job.clock_mode != "wall",
-    )
-    out.clock = al.record
-    out.problems.extend(clock_problems(al))
-    correction = stack(task.correction, al.correction)
+    """Record an artifact's alignment on its partner; its correction goes on top of the host's."""
+    out.clock = aligned.record
+    out.problems.extend(clock_problems(aligned))
+    correction = stack(task.correction, aligned.correction)
     if fast and correction.fn is not None:  # a drift line: the fused path only adds a constant
         res.events, res.deferred = chrome_reader.normalise(events, res.anchor_ns or 0, res), False
         return correction, res.events, False
