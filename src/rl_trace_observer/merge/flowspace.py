@@ -22,7 +22,6 @@ from .passes import (
     SCOPE_FLOW_CAT,
     SCOPE_FLOW_NAME,
     PassContext,
-    _close,
     _ScopeArgs,
     scope_flow_id,
 )
@@ -94,11 +93,12 @@ class FlowSpace:
                 ctx.count("unlinked_scope_flows", self.unlinked)
             ctx.count("flows", self.linked)
             ctx.count("scope_links", self.linked)
-        for chain in chains.values():
-            for st in chain.values():
-                links, unpaired = _close(st, links, unpaired)
-        for st in self.binds.values():
-            links, unpaired = _close(st, links, unpaired)
+        for states in [*chains.values(), self.binds]:  # passes._close, inlined: one per flow
+            for st in states.values():
+                if st[1] and st[3] > 1:
+                    links += st[3] - 1
+                else:
+                    unpaired += st[3]
         ctx.count("flows", links)
         ctx.count("unpaired_flow_events", unpaired)
 

@@ -107,10 +107,12 @@ def as_span_dicts(
     :func:`.pair_extract.stage_pairs` (e.g. ``{"user_annotation"}`` of a Torch trace, ``{"rl_insight"}``
     of an event log). Only those events are converted: a few per stage, not the whole file."""
     out = []
-    for e in events:
-        if e.ph != "X" or e.cat not in cats or e.ts is UNSET or e.dur is UNSET:
-            continue
-        dur = us_to_ns(e.dur) if deferred else int(e.dur)
+    unset = UNSET
+    for e in [
+        e for e in events if e.cat in cats and e.ph == "X" and e.ts is not unset and e.dur is not unset
+    ]:
+        d: Any = e.dur
+        dur = us_to_ns(d) if deferred else int(d)
         out.append(
             {"ph": "X", "cat": e.cat, "name": e.name, "ts_ns": _ns(e.ts, anchor_ns, deferred), "dur_ns": dur}
         )
