@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,7 +21,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ..model import Event, Problem
-from .base import ReadResult
+from .base import ReadContext, ReadResult, SourcePid
 
 KNOWN_PHASES = frozenset("XBEiICstfbenM")
 MAX_TS_NS = 1 << 62  # beyond ~146 years of epoch ns a timestamp is garbage, not a time
@@ -218,6 +218,36 @@ def anchor_or_skip(
         res.problems.append(Problem("unanchored", path, unanchored_detail))
         return None
     return res.anchor_ns
+
+
+def read_anchored(
+    data: bytes,
+    ctx: ReadContext,
+    declared: Callable[[Document], tuple[int | float, str] | None],
+    missing: str,
+) -> ReadResult:
+    """The usual read: decode, place by the file's own anchor (``declared``) or its process record's
+    (else ``unanchored`` with ``missing`` as the detail), then the events on the ns timeline."""
+    doc, res = start(data, ctx.path)
+    anchor = anchor_or_skip(res, declared(doc), ctx.anchor_ns, ctx.path, missing)
+    if anchor is not None:
+        finish(doc.traceEvents, anchor, res, ctx.defer_times)
+    return res
+
+
+def top_level_anchor(doc: Document) -> tuple[int | float, str] | None:
+    """Kineto's and TokenSpeed Proton's ``baseTimeNanoseconds`` at the top of the document."""
+    return None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
+
+
+class ThreadLanes:
+    """Readers whose source pids are OS pids and whose lanes are named threads."""
+
+    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
+        return pid
+
+    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
+        return (result.thread_names.get((pid, tid)) or f"thread {tid}").strip()
 
 
 def normalise(events: list[Event], anchor_ns: int, result: ReadResult) -> list[Event]:

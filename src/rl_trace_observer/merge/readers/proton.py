@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from msgspec import UNSET
-
 from ..sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
@@ -42,22 +40,13 @@ class ProtonReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        doc, res = chrome_json.start(data, ctx.path)
-        declared = (
-            None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
-        )
-        anchor = chrome_json.anchor_or_skip(
-            res,
-            declared,
-            ctx.anchor_ns,
-            ctx.path,
+        return chrome_json.read_anchored(
+            data,
+            ctx,
+            chrome_json.top_level_anchor,
             "Proton trace without baseTimeNanoseconds (upstream Proton: ts relative to its first "
             "event); not placed at time zero — use TokenSpeed's Proton or register an anchor_ns",
         )
-        if anchor is None:
-            return res
-        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
-        return res
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
         return "Proton" if pid in (0, "0") else f"Proton {pid}"
@@ -66,7 +55,7 @@ class ProtonReader:
         return (result.thread_names.get((pid, tid)) or f"lane {tid}").strip()
 
 
-class ChromeJsonReader:
+class ChromeJsonReader(chrome_json.ThreadLanes):
     """Any other Chrome-trace JSON: merged only when its process record supplies an anchor."""
 
     kind = "chrome_json"
@@ -80,20 +69,6 @@ class ChromeJsonReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        doc, res = chrome_json.start(data, ctx.path)
-        declared = (
-            None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
+        return chrome_json.read_anchored(
+            data, ctx, chrome_json.top_level_anchor, "Chrome trace of unknown origin with no anchor"
         )
-        anchor = chrome_json.anchor_or_skip(
-            res, declared, ctx.anchor_ns, ctx.path, "Chrome trace of unknown origin with no anchor"
-        )
-        if anchor is None:
-            return res
-        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
-        return res
-
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
-
-    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
-        return (result.thread_names.get((pid, tid)) or f"thread {tid}").strip()

@@ -8,16 +8,14 @@ supplies one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from msgspec import UNSET
 
 from ..sources import Head
 from . import chrome_json
-from .base import ReadContext, ReadResult, SourcePid
+from .base import ReadContext, ReadResult
 
 
-class VizTracerReader:
+class VizTracerReader(chrome_json.ThreadLanes):
     kind = "viztracer"
     label = "VizTracer"
     order = 3
@@ -33,25 +31,13 @@ class VizTracerReader:
         return 0
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        doc, res = chrome_json.start(data, ctx.path)
-        meta = doc.viztracer_metadata
-        declared = None
-        if meta is not UNSET and meta.baseTimeNanoseconds is not UNSET:
-            declared = (meta.baseTimeNanoseconds, "viztracer_metadata.baseTimeNanoseconds")
-        anchor = chrome_json.anchor_or_skip(
-            res,
-            declared,
-            ctx.anchor_ns,
-            ctx.path,
-            "no viztracer_metadata.baseTimeNanoseconds (VizTracer CLI?)",
+        return chrome_json.read_anchored(
+            data, ctx, _viztracer_anchor, "no viztracer_metadata.baseTimeNanoseconds (VizTracer CLI?)"
         )
-        if anchor is None:
-            return res
-        chrome_json.finish(doc.traceEvents, anchor, res, ctx.defer_times)
-        return res
 
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
 
-    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
-        return (result.thread_names.get((pid, tid)) or f"thread {tid}").strip()
+def _viztracer_anchor(doc: chrome_json.Document) -> tuple[int | float, str] | None:
+    meta = doc.viztracer_metadata
+    if meta is UNSET or meta.baseTimeNanoseconds is UNSET:
+        return None
+    return meta.baseTimeNanoseconds, "viztracer_metadata.baseTimeNanoseconds"
