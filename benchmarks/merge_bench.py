@@ -1,6 +1,7 @@
 """Merge benchmark: events/s, MB/s and peak RSS per output format, next to a stdlib baseline.
 
-    python benchmarks/merge_bench.py [--run DIR | --events 10_000_000] [--formats json.gz,json,pftrace]
+    python benchmarks/merge_bench.py [--run DIR | --events 10_000_000]
+                                     [--formats json.gz,json,pftrace,pftrace.gz]
                                      [--workers 2] [--baseline-events 1_000_000] [--keep]
 
 Generates a realistic run with ``benchmarks/gen_run.py`` (8 actor ranks; Kineto + VizTracer +
@@ -49,7 +50,8 @@ print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest[
                   "worker_rss_kb": kids.ru_maxrss,
                   "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
                   "problems": len(res.manifest["problems"]),
-                  "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0)]
+                  "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0),
+                             a.get("pairing")]
                             for a in res.manifest["timeline"]["clock"].get("artifacts", [])]}))
 """
 
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an existing run directory (else one is generated)")
     ap.add_argument("--events", type=lambda s: int(s.replace("_", "")), default=10_000_000)
-    ap.add_argument("--formats", default="json.gz,json,pftrace")
+    ap.add_argument("--formats", default="json.gz,json,pftrace,pftrace.gz")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--baseline-events", type=lambda s: int(s.replace("_", "")), default=1_000_000)
     ap.add_argument("--keep", action="store_true", help="keep the generated run and outputs")
@@ -228,18 +230,24 @@ def main(argv: list[str] | None = None) -> int:
             f"  baseline: stdlib json.load + rewrite + one json.dump of {len(files)} whole files "
             f"({base['events']:,} of {ev_total:,} events; --baseline-events 0 for all)"
         )
-        links = rows[0][1].get("links") or []
-        if links:  # issue 8: VizTracer->Proton scope links Perfetto keeps, before and after alignment
-            pairs = sum(p for p, _, _ in links)
-            before = pairs - sum(raw for _, raw, _ in links)
-            after = pairs - sum(acausal for _, _, acausal in links)
-            print(
-                f"  scope links kept: {before:,}/{pairs:,} ({before / pairs:.1%}) without per-artifact "
-                f"alignment, {after:,}/{pairs:,} ({after / pairs:.1%}) with it ({len(links)} Proton files)"
-            )
+        records = rows[0][1].get("links") or []
+        for pairing, what in (
+            ("scope_id", "VizTracer->Proton scope links kept"),  # issue 8: flows Perfetto keeps
+            ("stage_name", "Torch region edges inside their RL-Insight stage"),
+        ):
+            links = [r[:3] for r in records if r[3] == pairing]
+            if links:
+                pairs = sum(p for p, _, _ in links)
+                before = pairs - sum(raw for _, raw, _ in links)
+                after = pairs - sum(acausal for _, _, acausal in links)
+                print(
+                    f"  {what}: {before:,}/{pairs:,} ({before / pairs:.1%}) without per-artifact "
+                    f"alignment, {after:,}/{pairs:,} ({after / pairs:.1%}) with it ({len(links)} files)"
+                )
         sizes = {fmt: r["size"] for fmt, r, _ in rows}
-        if "pftrace" in sizes and "json.gz" in sizes and sizes["json.gz"]:
-            print(f"  .pftrace is {sizes['pftrace'] / sizes['json.gz']:.2f}x the size of .json.gz")
+        for fmt in ("pftrace", "pftrace.gz", "json"):
+            if fmt in sizes and sizes.get("json.gz"):
+                print(f"  .{fmt} is {sizes[fmt] / sizes['json.gz']:.2f}x the size of .json.gz")
         print(
             "  RSS total: peak of the merge's process tree; parent = the merging process; worker = the "
             "largest worker process (each holds one file's events)"

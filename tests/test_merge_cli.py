@@ -152,7 +152,7 @@ def test_fsspec_memory_url_input(tmp_path: Path) -> None:
 
 
 def test_worker_processes_give_the_same_bytes_as_in_process(run_dir: Path, tmp_path: Path) -> None:
-    for fmt in ("json", "json.gz", "pftrace"):
+    for fmt in ("json", "json.gz", "pftrace", "pftrace.gz"):
         a = merge([str(run_dir)], str(tmp_path / f"a.{fmt}"), MergeOptions(run="run-1", workers=0))
         b = merge([str(run_dir)], str(tmp_path / f"b.{fmt}"), MergeOptions(run="run-1", workers=2))
         assert a.exit_code == b.exit_code == 0

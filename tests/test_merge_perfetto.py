@@ -23,7 +23,7 @@ from .corpus.recorded import record_process
 from .corpus.tokenspeed_files import write_rank
 
 pytestmark = [pytest.mark.perfetto, pytest.mark.timeout(600)]
-FORMATS = ("json", "json.gz", "pftrace")
+FORMATS = ("json", "json.gz", "pftrace", "pftrace.gz")
 ALIGN_SQL = (
     "select p.pid as mpid, t.name as thread, s.ts, s.dur from slice s "
     "join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid) "
@@ -37,6 +37,12 @@ FLOW_SQL = (
     "join thread tb on tb.utid = b.utid join process pi on pi.upid = tb.upid"
 )
 PROC_SQL = "select pid, name from process where upid != 0"
+SAME_SQL = (  # what must not depend on the output format, to the ns
+    "select (select count(*) from slice) as slices, (select sum(ts) from slice) as ts, "
+    "(select sum(dur) from slice) as dur, (select count(distinct name) from slice) as names, "
+    "(select count(*) from flow) as flows, (select sum(value) from counter) as counter_sum, "
+    "(select sum(ts) from counter) as counter_ts"
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +80,7 @@ def loaded(corpus: dict[str, Any]) -> dict[str, pe.EngineResult]:
                 ALIGN_SQL,
                 FLOW_SQL,
                 PROC_SQL,
+                SAME_SQL,
                 "select count(*) from stats where name = 'flow_duplicate_id' and value > 0",
             ],
         )
@@ -109,6 +116,14 @@ def test_rl_insight_span_and_record_function_align_within_1ms(
         assert abs(sources["RL-Insight"] - sources["Torch"]) < 1_000_000
 
 
+def test_every_format_shows_the_same_events_to_the_ns(loaded: dict[str, pe.EngineResult]) -> None:
+    """The protobuf output matches the Chrome JSON one event for event (issue 3: what makes it the
+    recommended format): same slices, names, flows and counters, same integer ns sums."""
+    seen = {fmt: loaded[fmt].query(SAME_SQL).rows for fmt in FORMATS}
+    assert len(set(seen.values())) == 1, seen
+    assert seen["json"][0][0] > 100
+
+
 def test_processes_are_named_and_equal_pids_on_two_hosts_stay_apart(
     corpus: dict[str, Any], loaded: dict[str, pe.EngineResult]
 ) -> None:
@@ -126,8 +141,11 @@ def test_flows_stay_inside_their_rank(loaded: dict[str, pe.EngineResult]) -> Non
         assert rows and all(r["out_pid"] & ~0xFF == r["in_pid"] & ~0xFF for r in rows), fmt
 
 
-def test_json_gz_is_one_gzip_member(corpus: dict[str, Any]) -> None:
-    data = Path(corpus["results"]["json.gz"].output).read_bytes()
+@pytest.mark.parametrize("fmt", ["json.gz", "pftrace.gz"])
+def test_gzip_outputs_are_one_gzip_member(corpus: dict[str, Any], fmt: str) -> None:
+    data = Path(corpus["results"][fmt].output).read_bytes()
     dec = zlib.decompressobj(31)
-    dec.decompress(data)
+    inflated = dec.decompress(data)
     assert dec.eof and dec.unused_data == b""
+    if fmt == "pftrace.gz":  # the very packets of the .pftrace, only compressed (in the workers)
+        assert inflated == Path(corpus["results"]["pftrace"].output).read_bytes()

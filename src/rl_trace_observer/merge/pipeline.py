@@ -22,7 +22,7 @@ from .report import fill_manifest
 from .selection import Selection, select, window_ns
 from .sources import InputError, discover
 
-FORMATS = {".pftrace": "pftrace", ".json.gz": "json.gz", ".json": "json"}
+FORMATS = {".pftrace": "pftrace", ".pftrace.gz": "pftrace.gz", ".json.gz": "json.gz", ".json": "json"}
 _MAX_REBASES = 3
 
 
@@ -62,7 +62,7 @@ def output_format(output: str) -> str:
     for suffix, fmt in FORMATS.items():
         if output.endswith(suffix):
             return fmt
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz or .pftrace")
+    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
 
 
 def _options_dict(opts: MergeOptions) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def step_output(output: str, step: int) -> str:
     for suffix in FORMATS:
         if output.endswith(suffix):
             return f"{output[: -len(suffix)]}.step{step}{suffix}"
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz or .pftrace")
+    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
 
 
 def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = None) -> list[MergeResult]:

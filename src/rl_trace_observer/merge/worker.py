@@ -52,7 +52,7 @@ class Task:
 class Job:
     tasks: list[Task]
     base_ns: int
-    out_format: str  # "json", "json.gz" or "pftrace"
+    out_format: str  # "json", "json.gz", "pftrace" or "pftrace.gz"
     planned: dict[ProcessKey, int]
     titles: dict[int, str]  # merged pid -> process name, for writers that name processes themselves
     windows: tuple[tuple[int | None, int | None], ...] = ()
@@ -115,7 +115,7 @@ def run_job(job: Job) -> JobResult:
 
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
-    pf = PftraceSink(job) if job.out_format == "pftrace" else None
+    pf = PftraceSink(job) if job.out_format.startswith("pftrace") else None
     rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
     tasks = rank.order(job.tasks) if rank is not None else job.tasks
     held: list[_Held] = []
