@@ -99,3 +99,23 @@ def test_torch_trace_on_the_wall_clock_is_left_where_it_is(run: Path, tmp_path: 
     lo, hi = rec["bounds_ns"]
     assert lo <= 0 <= hi and hi - lo < 5 * MS, rec  # the stage's slack: microseconds to a few ms
     assert not [p for p in res.manifest["problems"] if p["kind"] == "clock"]
+
+
+def test_unreadable_stage_log_leaves_the_torch_trace_on_the_host_clock(run: Path, tmp_path: Path) -> None:
+    """The RL-Insight log is garbage: its own problem is reported, the Torch trace still merges,
+    unaligned (no stage record), and the merge does not fail."""
+    import shutil
+
+    root = tmp_path / "run"
+    shutil.copytree(run, root)
+    (log,) = root.rglob("rl-insight-*.chrome.jsonl")
+    log.write_bytes(b'{"ph":"X","cat":"rl_insight","ts_ns": \xff\xfe cut here')  # sniffed as ours
+    res = merge([str(root)], str(tmp_path / "out.json.gz"), MergeOptions(workers=0))
+    assert res.written
+    (entry,) = [a for a in res.manifest["artifacts"] if a["path"].endswith(log.name)]
+    assert entry["kind"] == "rl_insight", entry  # the Torch job did try to read its stages
+    records = res.manifest["timeline"]["clock"]["artifacts"]
+    assert not [r for r in records if r["pairing"] == "stage_name"]
+    torch = [a for a in res.manifest["artifacts"] if a["kind"] == "torch"]
+    assert torch and all(a["events"]["kept"] > 0 for a in torch)
+    assert any(p["path"].endswith(log.name) for p in res.manifest["problems"]), res.manifest["problems"]

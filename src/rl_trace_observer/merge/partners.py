@@ -26,7 +26,7 @@ from .pair_extract import match_keyed, scan_viztracer_scope_starts, stage_pairs
 from .pair_pipeline import as_span_dicts, proton_scope_starts_of, viz_scope_starts_of
 from .passes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from .readers import ReadContext, ReadResult, reader_for
-from .readers.chrome_json import gc_paused
+from .readers.chrome_json import NotATrace, gc_paused
 from .sources import Source, read_content
 
 __all__ = ["STAGE_CAT", "RankLinks", "StageLinks"]
@@ -129,7 +129,7 @@ class StageLinks:
             ctx = ReadContext(log.url, log.name, None, None, defer_times=True)
             with gc_paused():
                 res = reader_for("rl_insight").read(content.data, ctx)
-        except Exception:
+        except NotATrace:  # unreadable: no stages; its own job reports why (read_content never raises)
             return links
         if not res.skip:
             links.add(log.url, res.events, res)
