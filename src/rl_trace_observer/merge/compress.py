@@ -129,3 +129,23 @@ class GzipMember:
     def close(self) -> None:
         self._emit(_FINAL_BLOCK)
         self._emit(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+
+
+def write_any_piece(out: BinaryIO, gz: GzipMember | None, piece: Any) -> int:
+    """A job's output piece into the merged file: raw bytes, a deflated ``(piece, crc, length)`` (gzip
+    outputs only) or a worker's part file (:class:`.spill.Spilled`). Returns the bytes it wrote to an
+    uncompressed output (0 for a gzip one, whose member counts its own)."""
+    if isinstance(piece, tuple):
+        assert gz is not None, "a deflated piece for an uncompressed output"
+        gz.write_piece(*piece)
+        return 0
+    if isinstance(piece, Spilled):
+        if gz is not None:
+            gz.write_spilled(piece)
+            return 0
+        return copy_into(out, piece)
+    if gz is not None:
+        gz.write(piece)
+        return 0
+    out.write(piece)
+    return len(piece)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import spill
-from .compress import GzipMember
+from .compress import GzipMember, write_any_piece
 from .identity import ProcessDecl, ThreadDecl, process_title
 from .planning import Plan, PlannedArtifact
 from .sources import GZIP_MAGIC, Source
@@ -231,14 +231,7 @@ class PacketsOut:
 
     def add(self, pieces: list[Any]) -> None:
         for piece in pieces:
-            if self._gz is None:
-                spill.write_piece(self._out, piece)
-            elif isinstance(piece, tuple):
-                self._gz.write_piece(*piece)
-            elif isinstance(piece, spill.Spilled):
-                self._gz.write_spilled(piece)
-            else:
-                self._gz.write(piece)
+            write_any_piece(self._out, self._gz, piece)
 
     def close(self, tail: bytes) -> None:
         if self._gz is None:

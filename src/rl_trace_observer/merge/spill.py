@@ -94,8 +94,3 @@ def remove_parts(out: Path) -> None:
             part.unlink()
         except OSError:
             pass
-
-
-def write_piece(f: Any, piece: Any) -> int:
-    """A piece of a job's output into ``f``: bytes as they are, a :class:`Spilled` part copied."""
-    return copy_into(f, piece) if isinstance(piece, Spilled) else int(f.write(piece))

@@ -152,7 +152,7 @@ def _run_job(job: Job) -> JobResult:
         spilled += _spill(job, result, spilled, deflated)
     if held:
         for h in held:
-            _emit_held(job, h, (rank.scopes if rank is not None else None) or set(), result, pf)
+            _emit_held(job, h, rank, result, pf)
         held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
@@ -168,9 +168,13 @@ def _context(
     job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: RankLinks | None
 ) -> PassContext:
     """A TokenSpeed rank's Proton files collect scope ids; a VizTracer report links its scope flows to
-    them (none outside a rank: its scope flows are dropped as unlinked)."""
-    proton = rank is not None and task.kind == "proton"
-    scopes = (rank.scopes or set()) if rank is not None else set()
+    those (none outside a rank: its scope flows are dropped as unlinked)."""
+    collect = rank is not None and task.kind == "proton"
+    scopes: set[int] | None = None
+    if collect:
+        scopes = rank.scopes if rank is not None else None
+    elif task.kind == "viztracer":
+        scopes = _linkable(rank)
     return PassContext(
         correction=correction,
         windows=job.windows,
@@ -178,9 +182,14 @@ def _context(
         mapper=mapper,
         namespace=task.namespace,
         scope_namespace=job.scope_namespace,
-        collect_scopes=proton,
-        scopes=rank.scopes if proton and rank is not None else scopes if task.kind == "viztracer" else None,
+        collect_scopes=collect,
+        scopes=scopes,
     )
+
+
+def _linkable(rank: RankLinks | None) -> set[int]:
+    """The scope ids a VizTracer flow start may link to: what its rank's Proton files recorded."""
+    return (rank.scopes if rank is not None else None) or set()
 
 
 def _emit(
@@ -264,12 +273,13 @@ class _Held:
     fast: bool
 
 
-def _emit_held(job: Job, held: _Held, scopes: set[int], result: JobResult, pf: PftraceSink | None) -> None:
+def _emit_held(
+    job: Job, held: _Held, rank: RankLinks | None, result: JobResult, pf: PftraceSink | None
+) -> None:
     """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
     res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
     sub = Outcome(held.out.index)
-    ctx = _context(job, held.task, held.task.correction, held.mapper, None)
-    ctx.scopes = scopes
+    ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
     _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast)
     out = held.out
     out.kept += sub.kept

@@ -17,9 +17,9 @@ import msgspec
 import orjson
 from msgspec import UNSET
 
-from ..compress import GzipMember, deflate_piece
+from ..compress import GzipMember, deflate_piece, write_any_piece
 from ..model import Event
-from ..spill import Spilled, copy_into
+from ..spill import Spilled
 
 PIECE_EVENTS = 65536
 _ENCODER = msgspec.json.Encoder()
@@ -95,19 +95,7 @@ class ChromeJsonWriter:
     def add(self, pieces: list[Piece]) -> None:
         for piece in pieces:
             self.pieces += 1
-            if isinstance(piece, tuple):
-                assert self._gz is not None, "a deflated piece for an uncompressed output"
-                self._gz.write_piece(*piece)
-            elif isinstance(piece, Spilled):  # a worker's pieces, waiting in a part file
-                if self._gz is not None:
-                    self._gz.write_spilled(piece)
-                else:
-                    self.bytes_written += copy_into(self._file, piece)
-            elif self._gz is not None:
-                self._gz.write_piece(*deflate_piece(piece))
-            else:
-                self._file.write(piece)
-                self.bytes_written += len(piece)
+            self.bytes_written += write_any_piece(self._file, self._gz, piece)
 
     def close(self, metadata: list[dict[str, Any]]) -> None:
         if self.pieces and not metadata:
