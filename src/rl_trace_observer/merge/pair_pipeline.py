@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from .fastpath import _ROUNDER  # x + R - R rounds x to an integer
 from .flowspace import scope_ids
 from .model import Event, Problem, us_to_ns
 from .pair_align import PairAlignment, PairCorrection, chain
@@ -34,7 +35,6 @@ class _ScopeArgs(msgspec.Struct, gc=False):
 _ARGS = msgspec.json.Decoder(_ScopeArgs)
 
 
-_ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R rounds x to an integer (see .fastpath)
 _FAST_US = float(1 << 40)  # below ~12.7 days, ts * 1000 is within 0.25 ns of the decimal written
 
 
