@@ -10,7 +10,6 @@ number or total size of the inputs — at most a couple of files' events are ali
 from __future__ import annotations
 
 import multiprocessing
-import os
 import posixpath
 import struct
 from collections import deque
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..capture.atomic import atomic_output
 from . import spill
 from .compress import GzipMember, write_any_piece
 from .identity import ProcessDecl, ThreadDecl, process_title
@@ -192,10 +192,9 @@ def run_all(
     workers = default_workers() if opts.workers is None else opts.workers
     state = RunState(base, titles=clock.titles(plan))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as raw:
-            f = WritebackFile(raw)  # written back as it goes: the fsync below has little left
+        with atomic_output(out) as raw:
+            f = WritebackFile(raw)  # written back as it goes: the final fsync has little left
             writer = _writer(f, fmt, base, clock)
             for res in _results(jobs, workers, opts.workers is None, opts.progress):
                 lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
@@ -209,13 +208,7 @@ def run_all(
             else:  # packets are self-contained; the clock statement is one more
                 writer.close(clock.pftrace_metadata())
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         spill.remove_parts(out)
         raise
     state.output_size, state.written = out.stat().st_size, True

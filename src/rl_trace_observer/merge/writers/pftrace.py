@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ...capture.atomic import atomic_output
 from ._pbwire import pack_double, pack_fixed64, stable_id, uint
 from ._pftrace_sink import (
     BEGIN,
@@ -302,24 +303,11 @@ def write_pftrace(
     threads: Iterable[tuple[int, int, str | None, int | None]] = (),
 ) -> PftraceStats:
     """Write a whole ``.pftrace`` atomically (temp file beside it, then rename)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            writer = PftraceWriter(f, base_ns=base_ns)
-            for pid, name, sort_index in processes:
-                writer.process(pid, name, sort_index)
-            for pid, tid, name, sort_index in threads:
-                writer.thread(pid, tid, name, sort_index)
-            writer.write_many(events)
-            stats = writer.close()
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return stats
+    with atomic_output(Path(path)) as f:
+        writer = PftraceWriter(f, base_ns=base_ns)
+        for pid, name, sort_index in processes:
+            writer.process(pid, name, sort_index)
+        for pid, tid, name, sort_index in threads:
+            writer.thread(pid, tid, name, sort_index)
+        writer.write_many(events)
+        return writer.close()
