@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,19 @@ def run_python(code: str, env: dict[str, str], timeout: float = 240) -> subproce
     if proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """A private real Perfetto engine (wasm trace processor in headless Chromium) for a test module;
+    skipped with its reason where Chromium is missing (a failure in CI, see below)."""
+    from rl_trace_observer.analysis import perfetto_engine as pe
+
+    reason = pe.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with pe.Engine() as eng:
+        yield eng
 
 
 @pytest.fixture

@@ -93,15 +93,6 @@ def write_merged(ranks: list[RankFiles], alignments: list[PairAlignment], out: P
     return flows
 
 
-@pytest.fixture(scope="module")
-def engine() -> Any:
-    reason = pe.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with pe.Engine() as eng:
-        yield eng
-
-
 @pytest.mark.parametrize("drift_ppm", [0.0, 200.0])
 def test_no_flow_is_lost_after_correction(tmp_path: Path, engine: pe.Engine, drift_ppm: float) -> None:
     spec = TokenSpeedSpec(

@@ -14,15 +14,6 @@ from rl_trace_observer.analysis import perfetto_engine as pe
 pytestmark = pytest.mark.perfetto
 
 
-@pytest.fixture(scope="module")
-def engine() -> Any:
-    reason = pe.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with pe.Engine() as eng:
-        yield eng
-
-
 def _write_json(path: Path, events: list[dict[str, Any]]) -> Path:
     path.write_text(json.dumps({"traceEvents": events}))
     return path

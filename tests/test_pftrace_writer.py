@@ -235,15 +235,6 @@ def test_write_pftrace_is_atomic(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------- real engine
-@pytest.fixture(scope="module")
-def engine() -> Iterator[pe.Engine]:
-    reason = pe.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with pe.Engine() as eng:
-        yield eng
-
-
 def chrome_json(path: Path, events: list[dict[str, Any]], base_ns: int = BASE) -> Path:
     """The same events as Chrome JSON (µs with 3 decimals), as the project's JSON writer writes them."""
     out = []
