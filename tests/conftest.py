@@ -45,6 +45,16 @@ def run_python(code: str, env: dict[str, str], timeout: float = 240) -> subproce
     return proc
 
 
+def merge_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``rl-trace merge ARGS`` in a fresh interpreter, as a user runs it (exit code, stdout, stderr)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rl_trace_observer.cli.main", "merge", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
     """A private real Perfetto engine (wasm trace processor in headless Chromium) for a test module;

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +39,8 @@ from rl_trace_observer.analysis import perfetto_engine  # noqa: E402
 from rl_trace_observer.capture import configure  # noqa: E402
 from rl_trace_observer.config import Config  # noqa: E402
 from rl_trace_observer.integrations.ray import clock_sync as rcs  # noqa: E402
+
+from .conftest import merge_cli  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.perfetto, pytest.mark.timeout(400)]
 
@@ -123,12 +124,7 @@ def _records(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def _merge(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", "merge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = merge_cli(*args)
     out = args[args.index("-o") + 1]
     return proc, json.loads(Path(f"{out}.manifest.json").read_text())
 

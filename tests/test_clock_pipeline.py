@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from rl_trace_observer.capture.recorder import expected_event_log
 from rl_trace_observer.config import Config
 from rl_trace_observer.integrations.ray.collect_expect import node_missing
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
+
+from .conftest import merge_cli
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -98,15 +98,6 @@ def meas(wall: int, offset: int, unc: int, mono: int | None = None, **extra: Any
 REFERENCE = {"reference": "ref:1", "method": "reference", "offset_ns": 0, "uncertainty_ns": 0, "wall_ns": T}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", "merge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _clock_problems(manifest: dict[str, Any]) -> list[str]:
     return [p["detail"] for p in manifest["problems"] if p["kind"] == "clock"]
 
@@ -120,14 +111,14 @@ def test_tolerance_and_strict_reach_the_plan_and_the_trace_states_its_alignment(
     process(run / "a", "a", 2, [("step", raw, raw + S, "main")], [meas(raw, 37 * MS, 2 * MS)])
 
     out = tmp_path / "tight.json.gz"
-    proc = _cli(str(run), "-o", str(out), "--clock", "aligned", "--strict")
+    proc = merge_cli(str(run), "-o", str(out), "--clock", "aligned", "--strict")
     assert proc.returncode == 1 and "known only to ±2000 µs" in proc.stderr and "--strict" in proc.stderr
     manifest = json.loads(Path(f"{out}.manifest.json").read_text())
     assert manifest["status"] == "partial" and manifest["timeline"]["clock"]["tolerance_us"] == 1000
     assert manifest["options"]["clock_tolerance_us"] == 1000
 
     out = tmp_path / "loose.json.gz"
-    proc = _cli(str(run), "-o", str(out), "--clock-tolerance-us", "5000", "--strict")
+    proc = merge_cli(str(run), "-o", str(out), "--clock-tolerance-us", "5000", "--strict")
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads(Path(f"{out}.manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["timeline"]["clock"]["tolerance_us"] == 5000

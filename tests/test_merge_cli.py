@@ -15,20 +15,12 @@ import pytest
 
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 
+from .conftest import merge_cli
 from .corpus.recorded import record_process
 from .corpus.tokenspeed_files import write_rank
 
 T0 = time.time_ns() - 10**10
 S = 10**9  # one second in ns
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", "merge", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +45,7 @@ def _manifest(path: Path) -> dict[str, Any]:
 
 def test_cli_success_prints_output_and_how_to_open_it(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json.gz"
-    proc = _cli(str(run_dir), "-o", str(out), "--run", "run-1")
+    proc = merge_cli(str(run_dir), "-o", str(out), "--run", "run-1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out)
     assert "ui.perfetto.dev" in proc.stderr and "rl-trace view" in proc.stderr
@@ -71,24 +63,24 @@ def test_cli_success_prints_output_and_how_to_open_it(run_dir: Path, tmp_path: P
 
 def test_mixed_runs_are_reported_and_strict_fails(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "m.json"
-    proc = _cli(str(run_dir), "-o", str(out))
+    proc = merge_cli(str(run_dir), "-o", str(out))
     assert proc.returncode == 0
     assert "mixed_runs" in proc.stderr and proc.stderr.count("warning: mixed_runs") == 1
     assert proc.stderr.count("warning: clock") == 1  # one line per kind, however many problems
-    strict = _cli(str(run_dir), "-o", str(tmp_path / "s.json"), "--strict")
+    strict = merge_cli(str(run_dir), "-o", str(tmp_path / "s.json"), "--strict")
     assert strict.returncode == 1 and (tmp_path / "s.json").exists()
     assert _manifest(tmp_path / "s.json")["status"] == "partial"
 
 
 def test_usage_errors_exit_2_and_write_nothing(run_dir: Path, tmp_path: Path) -> None:
-    assert _cli(str(run_dir), "-o", str(tmp_path / "x.txt")).returncode == 2
-    assert _cli(str(tmp_path / "absent"), "-o", str(tmp_path / "x.json")).returncode == 2
-    assert _cli(str(run_dir), "-o", str(tmp_path / "x.json"), "--step", "3-1").returncode == 2
-    assert _cli(str(run_dir), "-o", str(tmp_path / "x.json"), "--time-window", "abc").returncode == 2
-    assert _cli(str(run_dir)).returncode == 2  # no -o
+    assert merge_cli(str(run_dir), "-o", str(tmp_path / "x.txt")).returncode == 2
+    assert merge_cli(str(tmp_path / "absent"), "-o", str(tmp_path / "x.json")).returncode == 2
+    assert merge_cli(str(run_dir), "-o", str(tmp_path / "x.json"), "--step", "3-1").returncode == 2
+    assert merge_cli(str(run_dir), "-o", str(tmp_path / "x.json"), "--time-window", "abc").returncode == 2
+    assert merge_cli(str(run_dir)).returncode == 2  # no -o
     victim = run_dir / "h1" / "rl-trace-process-h1-pid-10.json"
     before = victim.read_bytes()
-    proc = _cli(str(victim), "-o", str(victim))
+    proc = merge_cli(str(victim), "-o", str(victim))
     assert proc.returncode == 2 and "is one of the inputs" in proc.stderr and victim.read_bytes() == before
     assert not list(tmp_path.iterdir())
 
@@ -97,7 +89,7 @@ def test_nothing_usable_exits_1_with_a_failed_manifest(tmp_path: Path) -> None:
     write_rank(tmp_path / "in" / "n", profile_id="p", tp=0, pid=5, start_wall_ns=T0, anchored=False)
     (tmp_path / "in" / "n" / "p-TP0.viztracer.json").unlink()
     out = tmp_path / "out.json"
-    proc = _cli(str(tmp_path / "in"), "-o", str(out))
+    proc = merge_cli(str(tmp_path / "in"), "-o", str(out))
     assert proc.returncode == 1
     m = _manifest(out)
     assert m["status"] == "failed" and m["counts"]["events_kept"] == 0
@@ -130,7 +122,7 @@ def test_step_role_and_window_selection(run_dir: Path, tmp_path: Path) -> None:
 
 def test_split_steps_writes_one_output_per_step(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "split.json"
-    proc = _cli(str(run_dir), "-o", str(out), "--run", "run-1", "--split-steps")
+    proc = merge_cli(str(run_dir), "-o", str(out), "--run", "run-1", "--split-steps")
     assert proc.returncode == 0, proc.stderr
     for step in (1, 2):
         m = _manifest(tmp_path / f"split.step{step}.json")
