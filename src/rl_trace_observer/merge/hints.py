@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .readers.kineto import ABSOLUTE_US
 from .readers.proton import NAME as TOKENSPEED_NAME
 from .sources import Head
 
@@ -46,8 +47,21 @@ def _int(m: re.Match[bytes] | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _start_ns(kind: str, data: bytes, ends: bytes) -> int | None:
+    """About the file's first event: its anchor plus the first ``ts``, or the first ``ts`` itself in a
+    file of absolute epoch µs (torch < 2.4). Only a hint: files are not sorted, the merge checks."""
+    base = _int(_BASE_NS.search(ends))
+    ts = _TS.search(data)
+    first_us = float(ts.group(1)) if ts else None
+    if base is not None:
+        return base + (int(first_us * 1000) if first_us is not None and kind != "proton" else 0)
+    if kind == "torch" and first_us is not None and first_us >= ABSOLUTE_US:
+        return int(first_us * 1000)
+    return None
+
+
 def hints_for(kind: str, head: Head) -> Hints:
-    name, data = head.source.name, head.data
+    name, data, ends = head.source.name, head.data, head.ends
     h = Hints()
     if kind == "rl_insight":
         m = _EVENT_LOG.match(name)
@@ -63,17 +77,14 @@ def hints_for(kind: str, head: Head) -> Hints:
             int(m.group("rank")),
             int(m.group("pid")),
         )
-    host = _HOST_NAME.search(data)
+    host = _HOST_NAME.search(ends)
     if host:
         h.host = host.group(1).decode("utf-8", "replace")
     if h.rank is None:
-        h.rank = _int(_RANK.search(data))
+        h.rank = _int(_RANK.search(ends))
     if h.pid is None and kind in ("torch", "viztracer"):
         h.pid = _int(_PID.search(data))
-    base = _int(_BASE_NS.search(data))
-    if base is not None:
-        ts = _TS.search(data)
-        h.start_ns = base + (int(float(ts.group(1)) * 1000) if ts and kind != "proton" else 0)
+    h.start_ns = _start_ns(kind, data, ends)
     ts_name = TOKENSPEED_NAME.match(name)
     if ts_name:
         parts = [ts_name.group("profile")]

@@ -77,7 +77,7 @@ def _classify(src: Source, plan: Plan) -> None:
         plan.problems.append(Problem("incomplete", src.url, "empty file (a writer died before writing?)"))
         plan.artifacts.append(PlannedArtifact(info, src))
         return
-    reader = sniff(head)
+    reader, head = sniff(head)
     if reader is None:
         info.selected, info.skip_reason = False, "not a trace"
         plan.problems.append(Problem("not_a_trace", src.url, "no reader recognises this file's content"))

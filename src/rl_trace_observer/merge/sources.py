@@ -12,7 +12,7 @@ import hashlib
 import posixpath
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import fsspec
@@ -49,11 +49,23 @@ class Source:
 
 @dataclass(frozen=True)
 class Head:
-    """The first bytes of a file (decompressed when gzip) for readers to sniff."""
+    """The first bytes of a file (decompressed when gzip) for readers to sniff.
+
+    ``tail`` holds the last bytes too once :func:`with_tail` has read them: formats that write their
+    identifying keys or anchor after the events (VizTracer's ``viztracer_metadata``, Kineto re-saved
+    with ``schemaVersion`` and ``baseTimeNanoseconds`` last) are only recognisable there.
+    """
 
     source: Source
     data: bytes
     gzip: bool
+    tail: bytes = b""
+    whole: bool = False  # ``data`` is the entire (decompressed) file
+
+    @property
+    def ends(self) -> bytes:
+        """Head and tail together, for searches that do not care where a key sits."""
+        return self.data + b"\n" + self.tail if self.tail else self.data
 
     def text(self) -> str:
         return self.data.decode("utf-8", "replace")
@@ -121,13 +133,51 @@ def read_head(source: Source, limit: int = HEAD_BYTES) -> Head:
     except Exception:
         return Head(source, b"", False)
     if not raw.startswith(GZIP_MAGIC):
-        return Head(source, raw, False)
+        return Head(source, raw, False, whole=len(raw) < limit)
     dec = decompressobj()
     try:
         data = dec.decompress(raw, limit)
     except Exception:
-        data = b""
-    return Head(source, data, True)
+        return Head(source, b"", True)
+    return Head(source, data, True, whole=dec.eof and len(data) < limit)
+
+
+def with_tail(head: Head, limit: int = HEAD_BYTES) -> Head:
+    """``head`` with the last ``limit`` decompressed bytes of its file (unchanged for a small file).
+
+    A plain file costs one seek. A gzip stream has no index, so it is inflated to the end keeping
+    only the last block in memory: planning pays that only for files whose head did not decide.
+    """
+    if head.whole or not head.data:
+        return head
+    try:
+        with head.source.open() as f:
+            if not head.gzip:
+                f.seek(max(0, head.source.size - limit))
+                return replace(head, tail=f.read(limit))
+            tail = _inflated_tail(f, limit)
+    except Exception:
+        return head
+    return replace(head, tail=tail)
+
+
+def _inflated_tail(f: Any, limit: int) -> bytes:
+    dec, last = decompressobj(), b""
+    while True:
+        block = f.read(_SALVAGE_BLOCK)
+        if not block:
+            return last
+        while block:
+            try:
+                out: bytes = dec.decompress(block)
+            except Exception:  # corrupt or cut: what inflated before is the tail we have
+                return last
+            last = (last + out)[-limit:]
+            block = dec.unused_data if dec.eof else b""
+            if block:
+                if not block.startswith(GZIP_MAGIC):
+                    return last
+                dec = decompressobj()
 
 
 def fingerprint(source: Source, block: int = HEAD_BYTES) -> str:

@@ -20,7 +20,7 @@ from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
 
 _DEVICE_LABELS = ("GPU", "NPU", "XPU", "HPU", "MTIA", "Device", "device")
-_ABSOLUTE_US = 1e14  # µs after 1973: a ts this large without an anchor is absolute epoch µs
+ABSOLUTE_US = 1e14  # µs after 1973: a ts this large without an anchor is absolute epoch µs
 
 
 class KinetoReader:
@@ -29,7 +29,7 @@ class KinetoReader:
     order = 2
 
     def sniff(self, head: Head) -> int:
-        data = head.data
+        data = head.ends  # torch writes these keys first; harnesses that re-save a trace, last
         if b'"schemaVersion"' in data or b'"deviceProperties"' in data:
             return 90
         if head.source.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
@@ -54,7 +54,7 @@ class KinetoReader:
             chrome_json.finish(doc.traceEvents, res.anchor_ns, res, ctx.defer_times)
             return res
         first: Any = next((e.ts for e in doc.traceEvents if e.ph != "M" and e.ts is not UNSET), None)
-        if first is None or first < _ABSOLUTE_US:
+        if first is None or first < ABSOLUTE_US:
             res.skip = True
             res.problems.append(
                 Problem("unanchored", ctx.path, "no baseTimeNanoseconds and relative timestamps: not placed")

@@ -1,18 +1,27 @@
 """VizTracer reports saved by its Python API (``VizTracer.save()``), TokenSpeed's included.
 
 The anchor is ``viztracer_metadata.baseTimeNanoseconds`` (wall clock minus the monotonic clock, so
-``ts`` are monotonic µs); it is written after the events, so sniffing cannot rely on it. The
+``ts`` are monotonic µs); it is written after the events (and before ``file_info``, the traced sources,
+which can be megabytes), so a big report is recognised by its tail or else by the shape of its head —
+whatever its name (VizTracer's default ``result.json``, ours ``viztracer_*_pid*.json``). The
 VizTracer CLI (1.1.1) writes no anchor: such a file is ``unanchored`` unless its process record
 supplies one.
 """
 
 from __future__ import annotations
 
+import re
+
 from msgspec import UNSET
 
 from ..sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult
+
+# What VizTracer writes first (orjson compact or the stdlib's spaced JSON): its process/thread names,
+# then function entry/exit slices of category "FEE".
+_SHAPE = re.compile(rb'\{\s*"traceEvents"\s*:\s*\[\s*\{\s*"ph"\s*:\s*"M"\s*,\s*"pid"\s*:')
+_FEE = re.compile(rb'"cat"\s*:\s*"FEE"')
 
 
 class VizTracerReader(chrome_json.ThreadLanes):
@@ -22,11 +31,11 @@ class VizTracerReader(chrome_json.ThreadLanes):
 
     def sniff(self, head: Head) -> int:
         data = head.data
-        if b'"viztracer_metadata"' in data:
+        if b'"viztracer_metadata"' in head.ends:  # written after the events: in the tail of a big report
             return 95
         if head.source.name.endswith((".viztracer.json", ".viztracer.json.gz")):
             return 90
-        if data.startswith(b'{"traceEvents":[{"ph":"M","pid":') and b'"cat":"FEE"' in data:
+        if _SHAPE.match(data) and _FEE.search(data):  # its metadata comes after file_info: past the tail
             return 70
         return 0
 
