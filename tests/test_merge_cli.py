@@ -95,6 +95,19 @@ def test_nothing_usable_exits_1_with_a_failed_manifest(tmp_path: Path) -> None:
     assert m["status"] == "failed" and m["counts"]["events_kept"] == 0
     assert [p["kind"] for p in m["problems"] if p["kind"] == "unanchored"] == ["unanchored"]
     assert "unanchored" in proc.stderr
+    # it says so, and why, and nothing about --strict or how to open an empty trace
+    assert "nothing usable was merged" in proc.stderr and "1 file: nothing usable" in proc.stderr
+    assert "--strict" not in proc.stderr and "ui.perfetto.dev" not in proc.stderr
+    assert not out.exists() and not m["output"]["written"]  # an earlier good output would be kept
+
+
+def test_nothing_usable_keeps_an_earlier_output(tmp_path: Path) -> None:
+    write_rank(tmp_path / "in" / "n", profile_id="p", tp=0, pid=5, start_wall_ns=T0, anchored=False)
+    (tmp_path / "in" / "n" / "p-TP0.viztracer.json").unlink()
+    out = tmp_path / "out.json"
+    out.write_bytes(b'{"traceEvents":[]}')
+    assert merge([str(tmp_path / "in")], str(out)).exit_code == 1
+    assert out.read_bytes() == b'{"traceEvents":[]}'
 
 
 def test_step_role_and_window_selection(run_dir: Path, tmp_path: Path) -> None:

@@ -25,14 +25,14 @@ def _progress() -> tuple[Any, Any]:
 
 
 def _report(results: list[Any]) -> int:
-    from ..merge.manifest import problem_summary
+    from ..merge.manifest import problem_summary, why_nothing
 
     code = 0
     for res in results:
         for line in problem_summary(res.manifest["problems"]):
             typer.echo(f"warning: {line}", err=True)
         counts = res.manifest.get("counts", {})
-        if res.written:
+        if res.usable:
             typer.echo(res.output)
             typer.echo(
                 f"  {counts.get('events_kept', 0)} events, {counts.get('processes', 0)} processes; "
@@ -45,9 +45,11 @@ def _report(results: list[Any]) -> int:
             )
         else:
             typer.echo(
-                f"error: nothing usable was merged into {res.output}; see {res.manifest_path}", err=True
+                f"error: nothing usable was merged into {res.output} ({why_nothing(res.manifest)}); "
+                f"see {res.manifest_path}",
+                err=True,
             )
-        if res.problems and res.exit_code and res.written:
+        if res.problems and res.exit_code and res.usable:
             typer.echo("error: --strict: problems were found (listed above)", err=True)
         code = max(code, res.exit_code)
     return code

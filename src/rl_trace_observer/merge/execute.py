@@ -22,6 +22,7 @@ from ..capture.atomic import atomic_output
 from . import spill
 from .compress import GzipMember, write_any_piece
 from .identity import ProcessDecl, ThreadDecl, process_title
+from .model import Rebase
 from .planning import Plan, PlannedArtifact
 from .sources import GZIP_MAGIC, Source
 from .worker import Job, JobResult, Outcome, Task, init_worker, run_job
@@ -37,12 +38,12 @@ INFLIGHT_BYTES = 256 << 20  # estimated decompressed input being parsed at once 
 TRACE_SCHEMA = "rl-trace-merge/1"
 
 
-class Rebase(Exception):
-    """An event lies before the planned base: the merge must be redone from a lower base."""
+class NothingUsable(Exception):
+    """No event of any input survived: the output is not replaced (an earlier good one stays)."""
 
-    def __init__(self, min_ns: int) -> None:
-        super().__init__(min_ns)
-        self.min_ns = min_ns
+    def __init__(self, state: RunState) -> None:
+        super().__init__("nothing usable")
+        self.state = state
 
 
 @dataclass
@@ -196,13 +197,17 @@ def run_all(
         with atomic_output(out) as raw:
             f = WritebackFile(raw)  # written back as it goes: the final fsync has little left
             writer = _writer(f, fmt, base, clock)
+            kept = 0
             for res in _results(jobs, workers, opts.workers is None, opts.progress):
                 lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
                 if lows and min(lows) < base:
                     raise Rebase(min(lows))
                 _collect(state, res)
+                kept += sum(o.kept for o in res.outcomes)
                 writer.add(res.pieces)
                 _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
+            if not kept:
+                raise NothingUsable(state)
             if isinstance(writer, ChromeJsonWriter):
                 writer.close(_metadata(state))
             else:  # packets are self-contained; the clock statement is one more

@@ -14,7 +14,7 @@ from msgspec import UNSET
 
 from .compress import deflate_piece
 from .identity import process_title
-from .model import Event
+from .model import Event, Rebase
 from .readers.chrome_json import decode_raw_args
 
 if TYPE_CHECKING:
@@ -47,7 +47,13 @@ class PftraceSink:
         if events:
             starts: list[Any] = [e.ts for e in events]
             out.min_ts, out.max_ts = starts[0], max(starts)
-        w.write_many(_normalised(e) for e in events)
+            if starts[0] < self.job.base_ns:  # the writer cannot go below its base: re-plan it
+                raise Rebase(starts[0])
+        fans = _fanouts(events)
+        if fans:
+            w.write_many(_with_fanout(_normalised(e), fans.get(id(e))) for e in events)
+        else:
+            w.write_many(_normalised(e) for e in events)
 
     def close(self) -> tuple[list[Any], dict[str, Any]]:
         """The job's packets as one piece (deflated for ``.pftrace.gz``: in the worker, in parallel)."""
@@ -66,6 +72,42 @@ def _order(e: Event) -> tuple[Any, ...]:
     """Per thread: by start; a parent (longer) before its child; slices before flows that bind to them."""
     dur: Any = e.dur if e.dur is not UNSET else 0
     return (e.ts, e.ph not in ("X", "B"), -dur)
+
+
+def _fanouts(events: list[Event]) -> dict[int, tuple[str, int]]:
+    """Flows with one start and several ends (CUDA-graph launches): ``id(event)`` → ("flow_fanout", k)
+    for the start, ("flow_seq", j) for its j-th end, in the time order the events are written.
+    Chains with steps keep one id (a step moves the flow on: it is not a fan)."""
+    starts: dict[tuple[Any, Any, Any], list[Any]] = {}  # key -> [start event, ends so far]
+    stepped: set[tuple[Any, Any, Any]] = set()
+    out: dict[int, tuple[str, int]] = {}
+    for e in events:
+        ph = e.ph
+        if (ph != "s" and ph != "f" and ph != "t") or e.id is UNSET:
+            continue
+        key = (e.cat, e.name, e.id)
+        if ph == "s":
+            starts[key] = [e, 0]
+        elif ph == "t":
+            stepped.add(key)
+        else:
+            src = starts.get(key)
+            if src is not None:
+                if src[1]:
+                    out[id(e)] = ("flow_seq", src[1])
+                src[1] += 1
+                if src[1] > 1:
+                    out[id(src[0])] = ("flow_fanout", src[1])
+    if stepped:
+        drop = {id(e) for e in events if (e.cat, e.name, e.id) in stepped}
+        out = {k: v for k, v in out.items() if k not in drop}
+    return out
+
+
+def _with_fanout(ev: dict[str, Any], fan: tuple[str, int] | None) -> dict[str, Any]:
+    if fan is not None:
+        ev[fan[0]] = fan[1]
+    return ev
 
 
 def _normalised(e: Event) -> dict[str, Any]:

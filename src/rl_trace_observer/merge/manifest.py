@@ -75,6 +75,20 @@ def problem_summary(problems: list[dict[str, str]]) -> list[str]:
     return lines
 
 
+def why_nothing(manifest: dict[str, Any]) -> str:
+    """Why a merge kept no event, in one line: what became of the inputs that could hold events."""
+    reasons: dict[str, int] = {}
+    for art in manifest.get("artifacts") or []:
+        if art.get("kind") in ("process_record", "merge_output"):
+            continue
+        why = art.get("skip_reason") or ("no events" if art.get("selected") else "not selected")
+        reasons[why] = reasons.get(why, 0) + 1
+    if not reasons:
+        failed = [p["detail"] for p in manifest.get("problems") or [] if "merge failed" in p["detail"]]
+        return failed[0] if failed else "no trace files among the inputs"
+    return ", ".join(f"{n} file{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))
+
+
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, dumps_pretty(manifest))

@@ -25,6 +25,7 @@ __all__ = [
     "Problem",
     "ProcessInfo",
     "ProcessKey",
+    "Rebase",
     "ThreadKey",
     "us_to_ns",
 ]
@@ -125,6 +126,20 @@ class ProcessInfo:
         return " · ".join(parts)
 
 
+class Rebase(Exception):
+    """An event lies before the planned timeline base: the merge is redone from a lower base.
+
+    Raised by whoever meets the event first — the parent for JSON outputs, the protobuf writer inside
+    a worker (it writes ``ts - base`` as an unsigned varint) — and pickled back from worker processes.
+    The base is planned from file heads, which need not hold a file's earliest event: a re-plan is the
+    merger's own business, never a problem of the user's data.
+    """
+
+    def __init__(self, min_ns: int) -> None:
+        super().__init__(min_ns)
+        self.min_ns = min_ns
+
+
 @dataclass
 class Problem:
     """One manifest problem: ``kind`` from a fixed vocabulary, the file it concerns, one line of detail."""
@@ -152,7 +167,7 @@ PROBLEM_KINDS = (
     "not_a_trace",  # JSON (or other bytes) that no reader recognises
     "outside_inputs",  # a process record names a path outside the inputs: never read
     "invalid_text",  # non-UTF-8 bytes, replaced so the rest of the file could be read
-    "clock",  # events earlier than the first timeline base: the merge was redone with a lower base
+    "clock",  # clocks that cannot be aligned within the tolerance, or acausal cross-process pairs
 )
 
 

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .execute import Rebase, run_all
+from .execute import NothingUsable, run_all
 from .manifest import manifest_path_for, new_manifest, set_problems, write_manifest
-from .model import Problem
+from .model import Problem, Rebase
 from .planning import Plan, apply_records_to_artifacts, order_processes, plan_sources
 from .report import fill_manifest
 from .selection import Selection, select, window_ns
@@ -56,6 +56,11 @@ class MergeResult:
     @property
     def written(self) -> bool:
         return bool(self.manifest["output"]["written"])
+
+    @property
+    def usable(self) -> bool:
+        """Written with at least one event (a merge that kept nothing leaves the output untouched)."""
+        return self.written and self.manifest.get("counts", {}).get("events_kept", 0) > 0
 
 
 def output_format(output: str) -> str:
@@ -123,20 +128,19 @@ def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, mani
     plan.problems.extend(clock.problems)
     manifest["timeline"]["clock"] = clock.section
     base = _base_hint(plan)
+    replans: list[dict[str, int]] = []
     for _ in range(_MAX_REBASES + 1):
         eff = _effective_windows(windows, opts.time_window, base)
         try:
             state = run_all(plan, clock, fmt, out, base, eff, opts)
-        except Rebase as rb:
-            plan.problems.append(
-                Problem(
-                    "clock",
-                    str(out),
-                    f"events start before the planned timeline base; redone from {rb.min_ns}",
-                )
-            )
+        except Rebase as rb:  # the heads did not hold the earliest event: not a problem of the data
+            replans.append({"planned_base_ns": base, "earliest_event_ns": rb.min_ns})
             base = _floor_s(rb.min_ns)
             continue
+        except NothingUsable as nothing:
+            state = nothing.state
+        if replans:
+            manifest["timeline"]["base_replanned"] = replans
         plan.problems.extend(clock.check_causality(plan, state.outcomes))  # from the workers' summaries
         return state
     raise RuntimeError("could not find a timeline base below every event")
