@@ -67,6 +67,32 @@ def test_namespace_ids_splits_reused_ids_and_separates_artifacts() -> None:
     assert k[0].id == k[1].id
 
 
+def test_namespace_ids_one_start_many_ends_is_one_flow_per_end() -> None:
+    """A CUDA-graph launch: one ``s``, one ``f`` per kernel of the graph, all with the launch's id.
+    Perfetto links every end to the start: same id, one link per end; a new start splits."""
+    events = [flow("s", 5, 0)] + [flow("f", 5, 10 + k, tid=2) for k in range(3)] + [flow("s", 5, 20)]
+    ctx = passes.PassContext(namespace=1)
+    passes.namespace_ids(events, ctx)
+    assert len({e.id for e in events[:4]}) == 1 and events[4].id != events[0].id
+    assert ctx.stats["flows"] == 3 and ctx.stats["unpaired_flow_events"] == 1
+
+
+def test_drop_overlaps_follows_perfettos_stack_rule() -> None:
+    """Start order, longer first at equal starts; a slice ending after the open one is dropped."""
+    events = [
+        X("child-first", 0, 10),  # the longer one at the same start is its parent, whatever the order
+        X("parent", 0, 100),
+        X("inside", 20, 10),
+        X("overlaps", 95, 10),  # starts in the parent, ends after it: Perfetto drops it
+        X("after", 100, 5),  # the parent has ended: a new top-level slice
+        X("other thread", 95, 10, tid=2),
+    ]
+    ctx = passes.PassContext()
+    kept = passes.drop_overlaps(events, ctx)
+    assert [e.name for e in kept] == ["child-first", "parent", "inside", "after", "other thread"]
+    assert ctx.stats["overlapping_slices"] == 1
+
+
 def test_namespace_ids_async_and_bind_ids() -> None:
     ev = [
         Event(ph="b", cat="req", id="0x1", ts=T0, pid=1, tid=1),

@@ -226,7 +226,49 @@ def test_fast_path_equals_the_general_passes(
         _proton_file(folder, 9, [], flows)
         fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
         slow = merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
+        assert fast.usable == slow.usable
+        if not fast.usable:  # no event at all: neither writes an output
+            assert not (Path(tmp) / "fast.json").exists() and not (Path(tmp) / "slow.json").exists()
+            return
         a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
         b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
     assert fast.manifest["counts"]["flows"] == slow.manifest["counts"]["flows"]
     assert a == b
+
+
+dense = st.lists(
+    st.tuples(st.just("s"), st.integers(0, 60), st.integers(0, 30), st.integers(1, 2)),
+    min_size=1,
+    max_size=25,
+)
+
+
+@SETTINGS
+@given(events=dense, order=st.sampled_from(["file", "start", "exit"]))
+def test_overlapping_slices_are_dropped_as_perfetto_drops_them(
+    events: list[tuple[str, int, int, int]], order: str
+) -> None:
+    """Dense, overlapping slices on two threads, in any order, start order (Kineto) or exit order
+    (VizTracer): the fused path, which certifies a thread as it streams, drops exactly what Perfetto's
+    stack rule (:func:`..nesting.victims`, applied by the listed passes) drops."""
+    if order == "start":
+        events = sorted(events, key=lambda e: (e[1], -e[2]))
+    elif order == "exit":
+        events = sorted(events, key=lambda e: e[1] + e[2])
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "t.pt.trace.json").write_bytes(_chrome("torch", events, 77))
+        fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
+        merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
+        a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
+        b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
+    assert a == b
+    kept = [e for e in a if e.get("ph") == "X"]
+    assert fast.manifest["counts"]["slices"] == len(kept)
+    # what is left nests: per thread, in Perfetto's order, no slice ends after the open one
+    for tid in {e["tid"] for e in kept}:
+        ends: list[float] = []
+        for e in sorted((e for e in kept if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+            while ends and ends[-1] <= e["ts"]:
+                ends.pop()
+            assert not ends or e["ts"] + e["dur"] <= ends[-1] + 1e-9
+            ends.append(e["ts"] + e["dur"])

@@ -84,7 +84,8 @@ def nested_threads(draw: st.DrawFn, post_order: bool = False) -> list[dict[str, 
     """Well-nested X events on 1-3 threads, touching boundaries included, threads interleaved.
 
     ``post_order``: children before their parent, as VizTracer writes them (on exit); children then
-    start strictly after their parent, which is what a tracer's own overhead guarantees.
+    start strictly after their parent, and a call after a zero-length one strictly after it, which is
+    what a tracer's own overhead guarantees.
     """
     per_thread: list[list[dict[str, Any]]] = []
     counter = iter(range(10**6))
@@ -100,16 +101,17 @@ def nested_threads(draw: st.DrawFn, post_order: bool = False) -> list[dict[str, 
             s = draw(st.integers(cursor, end - 1))
             e = draw(st.integers(s, end))
             tree(out, tid, s, e, depth + 1)
-            cursor = e
+            cursor = e if e > s or not post_order else e + 1  # a call after an instant one starts later
         if post_order:
             out.append(me)
 
     for tid in range(1, draw(st.integers(1, 3)) + 1):
         out: list[dict[str, Any]] = []
-        t = 0
+        t, gap = 0, 0
         for _ in range(draw(st.integers(1, 4))):
-            start = t + draw(st.integers(0, 3))
+            start = t + draw(st.integers(gap, 3))
             t = start + draw(st.integers(0, 50))
+            gap = 1 if post_order and t == start else 0
             tree(out, tid, start, t, 0)
         per_thread.append(out)
     merged: list[dict[str, Any]] = []
@@ -120,17 +122,23 @@ def nested_threads(draw: st.DrawFn, post_order: bool = False) -> list[dict[str, 
 
 
 def expected(events: list[dict[str, Any]]) -> list[tuple[int, str, int, int, int]]:
-    """Depth by containment, as the generator built it (children start before their parent ends)."""
+    """Depth by containment, as the generator built it (children start before their parent ends).
+
+    A slice is closed by one starting at its end, except a zero-length one: Perfetto's JSON importer
+    nests what starts at the same ns inside it."""
     out = []
     for tid in {e["tid"] for e in events}:
-        stack: list[int] = []
-        mine = sorted((e for e in events if e["tid"] == tid), key=lambda e: (e["ts_ns"], int(e["name"][1:])))
+        stack: list[tuple[int, int]] = []
+        mine = sorted(
+            (e for e in events if e["tid"] == tid),
+            key=lambda e: (e["ts_ns"], -e["dur_ns"], int(e["name"][1:])),  # the longer first, as Perfetto
+        )
         for e in mine:
             ts, end = e["ts_ns"] - BASE, e["ts_ns"] - BASE + e["dur_ns"]
-            while stack and stack[-1] <= ts:
+            while stack and (stack[-1][1] < ts or stack[-1][0] < stack[-1][1] == ts):
                 stack.pop()
             out.append((tid, e["name"], ts, e["dur_ns"], len(stack)))
-            stack.append(end)
+            stack.append((ts, end))
     return sorted(out)
 
 
@@ -138,6 +146,7 @@ def expected(events: list[dict[str, Any]]) -> list[tuple[int, str, int, int, int
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nested_threads())
 def test_nesting_roundtrip_through_own_decoder(events: list[dict[str, Any]]) -> None:
+    events.sort(key=lambda e: (e["ts_ns"], -e["dur_ns"]))  # start order, the longer first, as the merge
     assert decode_slices(encode(events)) == expected(events)
 
 
@@ -357,6 +366,34 @@ def test_unbindable_v1_flow_becomes_an_instant(engine: pe.Engine, tmp_path: Path
     assert res.ok and res.query(sql).rows == (("launch->kernel", 1, "kernel"),)
 
 
+def test_one_start_many_ends_links_every_end_as_json_does(engine: pe.Engine, tmp_path: Path) -> None:
+    """A CUDA-graph launch (one ``s``, an ``f`` per kernel, one id): the merge marks the fan-out
+    (``flow_fanout`` on the start, ``flow_seq`` on each end) and each link gets an id of its own; a flow
+    end that arrives after its slice's BEGIN is written rides on the slice's END."""
+    flow = {"cat": "ac2g", "name": "ac2g", "id": 5}
+    events = [
+        X("cudaGraphLaunch", 0, 100),
+        {"ph": "s", "pid": 10, "tid": 1, "ts_ns": BASE + 0, "flow_fanout": 3, **flow},
+        X("k0", 200, 50, pid=20, tid=7),
+        {"ph": "f", "bp": "e", "pid": 20, "tid": 7, "ts_ns": BASE + 200, **flow},
+        X("k1", 300, 50, pid=20, tid=7),
+        X("k1-child", 300, 10, pid=20, tid=7),
+        {"ph": "f", "bp": "e", "pid": 20, "tid": 7, "ts_ns": BASE + 320, "flow_seq": 1, **flow},
+        X("k2", 400, 50, pid=20, tid=7),
+        {"ph": "f", "bp": "e", "pid": 20, "tid": 7, "ts_ns": BASE + 400, "flow_seq": 2, **flow},
+    ]
+    sql = (
+        "select so.name, si.name from flow f join slice so on so.id = f.slice_out "
+        "join slice si on si.id = f.slice_in order by 2"
+    )
+    write_pftrace(tmp_path / "g.pftrace", events, base_ns=BASE)
+    got = engine.load(tmp_path / "g.pftrace", [sql])
+    ref = engine.load(chrome_json(tmp_path / "g.json", events), [sql])
+    assert got.ok and ref.ok, (got.summary(), ref.summary())
+    assert got.query(sql).rows == ref.query(sql).rows
+    assert [r[1] for r in got.query(sql).rows] == ["k0", "k1-child", "k2"]
+
+
 @settings(
     max_examples=4,
     deadline=None,
@@ -365,6 +402,7 @@ def test_unbindable_v1_flow_becomes_an_instant(engine: pe.Engine, tmp_path: Path
 @given(events=nested_threads())
 def test_nesting_in_the_engine(engine: pe.Engine, tmp_path: Path, events: list[dict[str, Any]]) -> None:
     path = tmp_path / "h.pftrace"
+    events.sort(key=lambda e: (e["ts_ns"], -e["dur_ns"]))  # start order, the longer first, as the merge
     path.write_bytes(encode(events))
     res = engine.load(path, [SLICES_SQL])
     assert res.ok, res.summary()

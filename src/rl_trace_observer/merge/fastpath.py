@@ -24,6 +24,7 @@ from msgspec import UNSET
 
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .model import Event, us_to_ns
+from .nesting import by_lane, drop_victims, us_to_exact_ns
 from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext
 from .readers.base import ReadResult
 from .readers.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
@@ -59,12 +60,19 @@ def to_output(
     append = out.append
     counts: dict[str, int] = {}
     n_s = n_t = n_f = 0
-    by_tid: dict[object, tuple[object, int, int]] = {}  # source tid -> (source pid, merged pid, tid)
+    by_tid: dict[object, tuple[object, int, int, list[Any]]] = {}  # tid -> (pid, merged pid, tid, lane)
     last_pid: object = unset
     last_tid: object = unset
     prev_pid: object = unset  # the lane before: sources often alternate between two
     prev_tid: object = unset
     mpid = mtid = prev_mpid = prev_mtid = 0
+    # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack]; mode 0 empty, 4 one
+    # slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly afterwards
+    lanes: dict[tuple[int, int], list[Any]] = {}
+    unsure: set[tuple[int, int]] = set()
+    lane: list[Any] = []
+    prev_lane: list[Any] = []
+    global_pid = mapper.owner_merged
     lo, hi = exact, -exact
     bad = 0
     # namespace_ids' v1 chains, inlined: {(cat, name): {id: [new id, has start, has end, events]}}
@@ -102,6 +110,8 @@ def to_output(
                     if not 0 <= dn < MAX_TS_NS:
                         raise ValueError
                 e.dur = dn / k
+            else:
+                dn = 0
         except (ValueError, TypeError, OverflowError):
             bad += 1
             continue
@@ -109,6 +119,11 @@ def to_output(
             lo = y
         if y > hi:
             hi = y
+        if not is_x and e.s == "g" and (ph == "i" or ph == "I"):  # a global instant: no process of its own
+            e.pid, e.tid = global_pid, 0
+            counts[ph] = counts.get(ph, 0) + 1
+            append(e)
+            continue
         pid = e.pid
         tid = e.tid
         if tid != last_tid or pid != last_pid:
@@ -117,16 +132,45 @@ def to_output(
                 last_tid, prev_tid = prev_tid, last_tid
                 mpid, prev_mpid = prev_mpid, mpid
                 mtid, prev_mtid = prev_mtid, mtid
+                lane, prev_lane = prev_lane, lane
             else:
                 found = by_tid.get(tid)
                 if found is None or found[0] != pid:
-                    found = by_tid[tid] = (pid, *mapper.resolve(pid, tid))
+                    m_pid, m_tid = mapper.resolve(pid, tid)
+                    state = lanes.get((m_pid, m_tid))
+                    if state is None:
+                        state = lanes[(m_pid, m_tid)] = [0, 0, 0, 0, [], []]
+                    found = by_tid[tid] = (pid, m_pid, m_tid, state)
                 prev_pid, prev_tid, prev_mpid, prev_mtid = last_pid, last_tid, mpid, mtid
+                prev_lane = lane
                 last_pid, last_tid = pid, tid
-                _, mpid, mtid = found
+                _, mpid, mtid, lane = found
         e.pid = mpid
         e.tid = mtid
         if is_x:
+            mode = lane[0]
+            if mode != 3:  # nesting, inlined (.nesting has the rule): certify the lane as it streams
+                end = y + dn
+                if mode == 1:
+                    stk = lane[4]
+                    if y > lane[1] or (y == lane[1] and dn <= lane[2]):
+                        while stk and stk[-1] <= y:
+                            stk.pop()
+                        if stk and end > stk[-1]:
+                            lane[0] = 3
+                            unsure.add((mpid, mtid))
+                        else:
+                            stk.append(end)
+                            lane[1], lane[2] = y, dn
+                    else:
+                        lane[0] = 3
+                        unsure.add((mpid, mtid))
+                elif mode == 2 or mode == 4:
+                    _nest_other(lane, y, dn, end, mode)
+                    if lane[0] == 3:
+                        unsure.add((mpid, mtid))
+                else:
+                    lane[0], lane[1], lane[2], lane[3] = 4, y, dn, end
             if e.bind_id is not unset:
                 space.bind(e)
             if scoped is not None and e.cat == "scope" and e.args is not unset:
@@ -151,7 +195,8 @@ def to_output(
             if cat != lcat or name != lname:
                 chain = chains.setdefault((cat, name), {})
                 lcat, lname = cat, name
-            # a chain: [new id, has start, has end, events]; a second start (or end) begins a new flow
+            # a chain: [new id, has start, has end, events]; a second start begins a new flow, more
+            # ends are more links from the same start (CUDA-graph launches), as Perfetto reads them
             st = chain.get(fid)
             if ph == "s":
                 n_s += 1
@@ -168,12 +213,7 @@ def to_output(
                     st[3] += 1
             elif ph == "f":
                 n_f += 1
-                if st is None or st[2]:
-                    if st is not None:
-                        if st[1] and st[3] > 1:
-                            links += st[3] - 1
-                        else:
-                            unpaired += st[3]
+                if st is None:
                     n += 1
                     st = chain[fid] = [base | n, False, True, 1]
                 else:
@@ -196,6 +236,10 @@ def to_output(
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
     result.dropped += bad
+    if unsure:  # lanes not in start or exit order, or with an overlap: Perfetto's rule, exactly
+        overlapping = drop_victims(out, by_lane(out, unsure), us_to_exact_ns)
+        if overlapping:
+            ctx.count("overlapping_slices", overlapping)
     space.finish(chains, links, unpaired, linked, unlinked)
     for ph, c in (("s", n_s), ("t", n_t), ("f", n_f)):
         counts[ph] = counts.get(ph, 0) + c
@@ -206,6 +250,45 @@ def to_output(
     if not out:
         return out, counts, None, None
     return out, counts, int(lo), int(hi)
+
+
+def _nest_other(lane: list[Any], y: Any, dn: Any, end: Any, mode: int) -> None:
+    """The rarer nesting states: a lane's second slice (which decides its order) and exit order.
+
+    Exit order (ends never decrease: VizTracer writes a call when it returns) nests when every slice
+    contains the ones before it that start inside it and starts after the end of the others."""
+    if mode == 4:
+        fy, fd, fe = lane[1], lane[2], lane[3]
+        if y > fy or (y == fy and dn <= fd):  # start order: replay the first slice, then this one
+            stk = lane[4]
+            stk.append(fe)
+            while stk and stk[-1] <= y:
+                stk.pop()
+            if stk and end > stk[-1]:
+                lane[0] = 3
+            else:
+                stk.append(end)
+                lane[0], lane[1], lane[2] = 1, y, dn
+            return
+        if end < fe:
+            lane[0] = 3
+            return
+        lane[4].append(fy)
+        lane[5].append(fe)
+        lane[0] = 2
+    elif end < lane[3]:
+        lane[0] = 3
+        return
+    starts, ends = lane[4], lane[5]
+    while starts and starts[-1] >= y:
+        starts.pop()
+        ends.pop()
+    if ends and ends[-1] > y:
+        lane[0] = 3
+        return
+    starts.append(y)
+    ends.append(end)
+    lane[3] = end
 
 
 def _time_constants(shift_ns: int, source_ns: bool) -> tuple[Any, Any, Any]:

@@ -8,11 +8,15 @@ what they did into ``ctx.stats``.
 1. ``correct_time``: the artifact's clock correction (``ts_ns -> ts_ns``; identity until clock
    alignment supplies one), applied to start and end so durations follow drift.
 2. ``filter_events``: time window and minimum duration.
-3. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks.
-4. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
+3. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
+   a global instant (``"s": "g"``) stays on its owner, declaring nothing.
+4. ``drop_overlaps``: the slices Perfetto would drop for overlapping their parent (:mod:`.nesting`).
+5. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
    same ``args.scope_id`` of the same rank; unmatched starts are dropped.
-5. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
-   reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``.
+6. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
+   reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
+   every step and end after it with its id, until the next start: Perfetto links each end to the
+   start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from msgspec import UNSET
 
 from .identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
 from .model import Event, ProcessKey
+from .nesting import by_lane, drop_victims
 from .readers.base import ReadContext, Reader, ReadResult
 
 
@@ -97,6 +102,8 @@ class IdentityMapper:
         return merged
 
     def resolve(self, spid: Any, stid: Any) -> tuple[int, int]:
+        if isinstance(stid, int) and not 0 <= stid < 1 << 32:  # Perfetto puts these on the pid's thread
+            stid = spid if isinstance(spid, int) and 0 <= spid < 1 << 32 else 0
         mpid = self.pid(spid)
         lane = self.reader.lane_of(spid, stid, self.result)
         mtid = merged_tid(self.reader.order, stid if stid is not UNSET else lane)
@@ -181,7 +188,11 @@ def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
     cache: dict[tuple[Any, Any], tuple[int, int]] = {}
     last_key: tuple[Any, Any] | None = None
     last: tuple[int, int] = (0, 0)
+    global_pid = mapper.owner_merged
     for e in events:
+        if e.s == "g" and e.ph in ("i", "I"):
+            e.pid, e.tid = global_pid, 0
+            continue
         key = (e.pid, e.tid)
         if key != last_key:
             found = cache.get(key)
@@ -189,6 +200,13 @@ def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
                 found = cache[key] = mapper.resolve(e.pid, e.tid)
             last_key, last = key, found
         e.pid, e.tid = last
+    return events
+
+
+def drop_overlaps(events: list[Event], ctx: PassContext) -> list[Event]:
+    dropped = drop_victims(events, by_lane(events), int)
+    if dropped:
+        ctx.count("overlapping_slices", dropped)
     return events
 
 
@@ -266,7 +284,7 @@ def namespace_ids(events: list[Event], ctx: PassContext) -> list[Event]:
             if st is None:
                 n += 1
                 st = flows[key] = [base | n, 0, 0, 0]
-            elif (ph == "s" and st[1]) or (ph == "f" and st[2]):  # a second start (or end): a new flow
+            elif ph == "s" and st[1]:  # a second start: a new flow (more ends are more links)
                 links, unpaired = _close(st, links, unpaired)
                 n += 1
                 st[0], st[1], st[2], st[3] = base | n, 0, 0, 0
@@ -308,6 +326,7 @@ PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
     correct_time,
     filter_events,
     remap_identity,
+    drop_overlaps,
     link_scopes,
     namespace_ids,
 )

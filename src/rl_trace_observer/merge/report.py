@@ -27,6 +27,10 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         info.anchor_ns = out.anchor_ns if out.anchor_ns is not None else info.anchor_ns
         info.anchor_source = out.anchor_source or info.anchor_source
         info.extra["events_filtered"] = out.filtered
+        overlapping = out.stats.get("overlapping_slices", 0)
+        if overlapping:  # Perfetto would drop them on import (an error each); we drop them first
+            info.extra["slices_dropped_overlapping"] = overlapping
+            totals["slices_dropped_overlapping"] = totals.get("slices_dropped_overlapping", 0) + overlapping
         if out.skipped:
             info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
         if isinstance(out.meta.get("rank"), int) and info.rank is None:

@@ -69,6 +69,11 @@ def stable_id(*parts: object) -> int:
     return value or 1
 
 
+def fan_id(flow_id: int, seq: int) -> int:
+    """The id of the ``seq``-th extra link of a flow with several ends (seq 0 is the flow's own id)."""
+    return stable_id("fan", flow_id, seq) if seq else flow_id
+
+
 # ----------------------------------------------------------------------------------- reading
 def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """(value, next position)."""

@@ -67,12 +67,13 @@ class PftraceStats:
 class OpenSlice:
     """A slice on a thread's stack: its END is written when it is popped."""
 
-    __slots__ = ("body", "end_ns", "flows", "is_b", "start_ns", "track")
+    __slots__ = ("body", "end_flows", "end_ns", "flows", "is_b", "start_ns", "track")
 
     def __init__(self, track: bytes, start_ns: int, end_ns: int, body: bytes, is_b: bool) -> None:
         self.track, self.start_ns, self.end_ns, self.is_b = track, start_ns, end_ns, is_b
         self.body: bytes | None = body  # name/category/args while the BEGIN is held back; None once written
         self.flows = b""  # encoded flow_ids / terminating_flow_ids for the BEGIN
+        self.end_flows = b""  # flow ends bound after the BEGIN was written: carried by the END
 
 
 class ThreadState:

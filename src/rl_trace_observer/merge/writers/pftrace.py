@@ -11,7 +11,8 @@ JSON writer using the same ``base_ns`` shows identical times.
 How Chrome semantics map onto TrackEvent (checked in the Perfetto v52 engine):
 - ``X`` becomes a BEGIN/END pair on the thread track. Perfetto sorts packets by timestamp and keeps file
   order for equal timestamps, so a per-thread stack writes ENDs child-first and a parent's BEGIN before
-  its children's. Input in start order per thread is exact; children-before-parents input (VizTracer
+  its children's. Input in Perfetto's order per thread (by start, the longer first: what the merge
+  hands it) is exact; children-before-parents input (VizTracer
   writes on exit) is exact unless a parent starts at the same ns as an earlier-written child: readers
   that hold a file should sort each thread by (ts, -dur). A slice that partially overlaps the enclosing
   one is dropped, as the JSON importer does (``slice_drop_overlapping_complete_event``). The newest
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ...capture.atomic import atomic_output
-from ._pbwire import pack_double, pack_fixed64, stable_id, uint
+from ._pbwire import fan_id, pack_double, pack_fixed64, stable_id, uint
 from ._pftrace_sink import (
     BEGIN,
     COUNTER,
@@ -53,7 +54,7 @@ from ._pftrace_sink import (
     ThreadState,
 )
 
-__all__ = ["PftraceStats", "PftraceWriter", "stable_id", "write_pftrace"]
+__all__ = ["PftraceStats", "PftraceWriter", "fan_id", "stable_id", "write_pftrace"]
 
 _GLOBAL_TRACK_KEY = "global-instants"
 _UNKNOWN_END = 1 << 62  # a B slice's end is unknown until its E
@@ -127,9 +128,12 @@ class PftraceWriter(PacketSink):
         return b""
 
     def _settle(self, th: ThreadState, ts: int) -> None:
-        """Before an event at ``ts``: end the slices that are over, write the held-back BEGIN."""
+        """Before an event at ``ts``: end the slices that are over, write the held-back BEGIN.
+
+        A slice is over at its end, except a zero-length one: Perfetto's JSON importer nests what starts
+        at the same ns inside it (two instants at one ns stack up), so the protobuf trace does too."""
         stack = th.stack
-        while stack and stack[-1].end_ns <= ts:
+        while stack and (stack[-1].end_ns < ts or stack[-1].start_ns < stack[-1].end_ns == ts):
             self._pop(stack)
         if stack and stack[-1].body is not None:
             self._write_begin(stack[-1])
@@ -145,7 +149,9 @@ class PftraceWriter(PacketSink):
                 while stack:
                     self._pop(stack)
                 at = 0
-            elif ts == top.start_ns < top.end_ns < end_ns and top.body is not None and not (is_b or top.is_b):
+            elif (
+                ts == top.start_ns <= top.end_ns < end_ns and top.body is not None and not (is_b or top.is_b)
+            ):
                 # A parent that arrives after its first child (VizTracer writes slices on exit): its
                 # BEGIN is still unwritten, so the parent can slide under it and be written first.
                 self.stats.reordered += 1
@@ -176,7 +182,7 @@ class PftraceWriter(PacketSink):
         entry = stack.pop()
         if entry.body is not None:
             self._write_begin(entry)
-        self._event(entry.end_ns if end_ns is None else end_ns, END + entry.track + extra)
+        self._event(entry.end_ns if end_ns is None else end_ns, END + entry.track + extra + entry.end_flows)
         self.stats.slices += 1
 
     def _end_b(self, ev: Mapping[str, Any]) -> None:
@@ -218,18 +224,40 @@ class PftraceWriter(PacketSink):
             self.stats.counters += 1
 
     def _flow_v1(self, ev: Mapping[str, Any]) -> None:
-        """Attach to the held-back slice that encloses it, else to an instant at its time."""
+        """Bind to the thread's topmost slice, as Perfetto's JSON importer does (the newest slice not
+        yet closed by a later one, even when it has ended): a start or step on its held-back BEGIN, an
+        end on its BEGIN when they coincide, else on its END. A start or step that cannot bind becomes
+        an instant at its time; an end with no slice on its thread is dropped (the JSON importer's
+        ``flow_no_enclosing_slice``).
+
+        ``flow_fanout`` (k > 1 ends after this start) and ``flow_seq`` (the j-th of them) give each
+        link its own id: one TrackEvent flow id links one source to one end."""
         ph, ts = ev["ph"], ev["ts_ns"]
         fid = self._flow_id(ev.get("cat") or "", ev.get("name") or "", ev.get("id"))
+        seq = ev.get("flow_seq")
+        if seq:
+            fid = fan_id(fid, seq)
         th = self._thread(ev["pid"], ev["tid"])
         self.stats.flow_endpoints += 1
         if ph == "f" and ev.get("bp") != "e":
             th.waiting.append(fid)  # binds to the next slice that begins on this thread
             return
         enc = (K_TERMINATING if ph == "f" else K_FLOW) + pack_fixed64(fid)
+        fanout = ev.get("flow_fanout") or 0
+        if fanout > 1 and ph != "f":
+            enc += b"".join(K_FLOW + pack_fixed64(fan_id(fid, j)) for j in range(1, fanout))
         top = th.stack[-1] if th.stack else None
-        if top is not None and top.body is not None and top.start_ns <= ts <= top.end_ns:
-            top.flows += enc
+        if top is not None and top.start_ns <= ts:
+            if ph == "f" and (top.body is None or top.start_ns < ts):
+                # Perfetto links a flow when it meets its end: a BEGIN earlier than the flow's own time
+                # may come before the flow's start, the END never does (time order, ends >= the end)
+                top.end_flows += enc
+                return
+            if top.body is not None:
+                top.flows += enc
+                return
+        elif ph == "f":
+            self.stats.drop("flow_no_enclosing_slice")
             return
         self._settle(th, ts)
         body = INSTANT + th.track + self._common(ev) + enc
