@@ -25,6 +25,7 @@ from .conftest import clean_env, run_python
 
 T = 1_780_000_000_000_000_000
 S = 1_000_000_000  # one second in ns
+MS = 1_000_000
 
 
 def record(
@@ -226,6 +227,25 @@ def test_no_drift_line_across_a_jump() -> None:
     assert fix(T + 9 * S) == T + 9 * S - 250_000_000
     # Each side is one measurement: no drift known, so its bound grows by 500 ppm towards the jump.
     assert fix.offset_at(T + S) == (0, 100_000 + 500_000 + 1)
+
+
+def test_each_side_of_a_jump_has_its_own_drift() -> None:
+    """Two measurements on each side of a +250 ms step, drifting 50 ppm: a drift per side, carried
+    on outside the measured range and up to the middle of the jump's bracket, never across it."""
+    pts = [
+        OffsetPoint(T + i * 10 * S, 50_000 * 10 * i + (250 * MS if i >= 2 else 0), 10_000) for i in range(4)
+    ]
+    # a too-close pair (1 µs apart, 5 µs apart in offset) is combined into one point first
+    close = OffsetPoint(T + 10 * S + 1_000, 500_000 + 5_000, 20_000)
+    corr = Correction([*pts, close], frozenset({2}))  # bracket 2 (after the close pair is combined)
+    assert len(corr.points) == 4 and corr.breaks == frozenset({1})
+    before, after = corr.extrapolations
+    assert before.fitted and after.fitted
+    assert before.drift == pytest.approx(50e-6) and after.drift == pytest.approx(50e-6)
+    assert corr(T - 10 * S) == T - 10 * S + 500_000  # the first side's drift, backwards
+    assert corr(T + 12 * S) == T + 12 * S - 600_000  # the jump's bracket, nearer side: carried on
+    assert corr(T + 18 * S) == T + 18 * S - (250 * MS + 900_000)
+    assert corr(T + 40 * S) == T + 40 * S - (250 * MS + 2_000_000)  # the last side's drift
 
 
 def test_malformed_and_foreign_reference_entries() -> None:

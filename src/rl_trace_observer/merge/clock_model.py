@@ -166,7 +166,7 @@ class Correction:
         for i, p in enumerate(self.points):
             run.append(p)
             self._segment.append(len(self.extrapolations))
-            if i in breaks or i == len(self.points) - 1:
+            if i in self.breaks or i == len(self.points) - 1:
                 ex = Extrapolation.of(run, allowance_ppm=allowance_ppm, max_drift_ppm=max_drift_ppm)
                 self.extrapolations.append(ex)
                 run = []
