@@ -353,7 +353,7 @@ def clock_sync() -> ClockSync | None:
         _SYNC = ClockSync(rec)
         if not _AT_EXIT:
             _AT_EXIT = True
-            atexit.register(_at_exit)  # after ray.init's own handler: runs while Ray is still up
+            atexit.register(_at_exit)  # registered after ray.init's handler, so it runs first
     return _SYNC
 
 
