@@ -7,6 +7,10 @@ Starts a local Ray cluster with 8 responder actors (one per simulated process) a
   (concurrent rounds), next to a baseline measured in the same run: the same rounds one target at
   a time (what a naive NTP loop would do);
 - target-side cost: storing one result in a process record (snapshot + atomic record rewrite);
+- the exchanges that bracket a run (issue 18): capture start (a hand-off), the periodic check at
+  every unprofiled step (a clock read; a hand-off once a minute) and the end of training (the one
+  that waits until stored), on the training thread, against two baselines measured in the same
+  run: recording one span (``Recorder.span``) and a profiled step boundary's hand-off;
 - accuracy: on loopback every actor shares the reference clock (true offset 0) and half the actors
   also get an injected ``ShiftedClock``; error against truth, uncertainty, and how often the truth
   was inside the bound (must be 100 %).
@@ -172,6 +176,8 @@ def run(out: Path, steps: int, n: int) -> None:
     print(f"  per step (2 boundaries), training thread: median {2 * statistics.median(main_us) / 1e3:.2f} ms")
     print(f"  targets answered within the budget: {answered / (2 * steps * n) * 100:.1f} %")
 
+    bracket(out, actors, main_us)
+
     target = Recorder(Config(output_dir=out), SYSTEM_CLOCK, host="target-cost")
     store_us = []
     for i in range(200):
@@ -181,6 +187,55 @@ def run(out: Path, steps: int, n: int) -> None:
     line("target side: store one result (2 record writes)", store_us)
 
     acc.report()
+
+
+def bracket(out: Path, actors: list[Any], boundary_us: list[float], runs: int = 10) -> None:
+    """Training-thread cost of the capture-start, periodic and end-of-training exchanges."""
+    ref = Recorder(Config(output_dir=out), SYSTEM_CLOCK, host="bracket-ref")
+    span_us, start_us, idle_us, due_us, end_us, stored = [], [], [], [], [], 0
+    for _ in range(2000):  # baseline: one span, the capture cost every RL-Insight span pays
+        t = time.time_ns()
+        p = time.perf_counter_ns()
+        ref.span("baseline", t, t + 1000, lane="bench")
+        span_us.append((time.perf_counter_ns() - p) / 1e3)
+    for _ in range(runs):
+        sync = rcs.ClockSync(ref, node_responders=False)
+        for a in actors:
+            sync.add_target(a, "node")
+        t = time.perf_counter_ns()
+        sync.capture_start()
+        start_us.append((time.perf_counter_ns() - t) / 1e3)
+        sync.wait_idle(30.0)
+        for step in range(200):  # unprofiled steps: a clock read while the last measurement is fresh
+            t = time.perf_counter_ns()
+            sync.step_tick(step)
+            idle_us.append((time.perf_counter_ns() - t) / 1e3)
+        t = time.perf_counter_ns()
+        sync.step_tick(0, interval_s=0)  # the step a minute later: a hand-off
+        due_us.append((time.perf_counter_ns() - t) / 1e3)
+        sync.wait_idle(30.0)
+        t = time.perf_counter_ns()
+        stored += sync.training_end(timeout_s=rcs.END_TIMEOUT_S)
+        end_us.append((time.perf_counter_ns() - t) / 1e3)
+        sync.close()
+    span, boundary = statistics.median(span_us), statistics.median(boundary_us)
+    print(f"exchanges that bracket a run ({len(actors)} processes), training thread; baselines in this run:")
+    line("baseline: Recorder.span (one span)", span_us)
+    line("baseline: profiled boundary hand-off", boundary_us)
+    for label, values in (
+        ("capture start (once per run)", start_us),
+        ("unprofiled step, last measurement fresh", idle_us),
+        ("unprofiled step, a minute later (hand-off)", due_us),
+        ("end of training (waits until stored, once)", end_us),
+    ):
+        line(label, values)
+        med = statistics.median(values)
+        print(f"  {'':<46} = {med / span:8.2f}x one span, {med / boundary:6.2f}x a profiled boundary")
+    print(f"  end of training stored within {rcs.END_TIMEOUT_S:.0f} s: {stored}/{runs}")
+    idle, due = statistics.median(idle_us), statistics.median(due_us)
+    hour = statistics.median(start_us) + statistics.median(end_us) + 60 * due + 360 * idle
+    print(f"  a one-hour run, 10 s steps (start, end, 60 periodic, 300 fresh checks): {hour / 1e3:.1f} ms "
+          f"of training-thread time, {hour / 3.6e9 * 100:.4f} % of the hour")  # fmt: skip
 
 
 if __name__ == "__main__":

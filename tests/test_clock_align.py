@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from .conftest import clean_env, run_python
 
 T = 1_780_000_000_000_000_000
 S = 1_000_000_000  # one second in ns
+MS = 1_000_000
 
 
 def record(
@@ -103,18 +105,30 @@ def test_constant_offset_correction_and_what_the_trace_states() -> None:
     assert cp.problems == []
 
 
-def test_drift_between_bracketing_measurements() -> None:
-    # 50 ppm: +50 µs per second, measured at 0 s and 10 s.
+def test_drift_between_bracketing_measurements_and_beyond_them() -> None:
+    # 50 ppm: +50 µs per second, measured at 0 s and 10 s (±100 µs): slopes 30-70 ppm fit both.
     cp = plan([REF, record("d", 2, [meas(T, 1_000_000), meas(T + 10 * S, 1_500_000)])])
     fix = cp.correction_for("d")
-    assert fix(T) == T - 1_000_000
+    assert fix(T) == T - 1_000_000 and fix.offset_at(T) == (1_000_000, 100_000)
     assert fix(T + 4 * S) == T + 4 * S - 1_200_000  # interpolated inside the bracket
-    assert fix(T - S) == T - S - 1_000_000  # before the first: the first measurement, no extrapolation
-    assert fix(T + 20 * S) == T + 20 * S - 1_500_000
+    # + 2·1 ppm·4 s·6 s/10 s for a drift wandering within the allowance (1 ppm)
+    assert fix.offset_at(T + 4 * S)[1] == 100_001 + 4_800
+    # Outside: carried on with the fitted 50 ppm; the bound grows by (72 − 50) ppm per second (the
+    # slopes the measurements allow, widened by twice the allowance).
+    assert fix(T - S) == T - S - 950_000
+    assert 122_000 <= fix.offset_at(T - S)[1] <= 122_002
+    assert fix(T + 20 * S) == T + 20 * S - 2_000_000
+    assert 320_000 <= fix.offset_at(T + 20 * S)[1] <= 320_002
+    assert fix.bound_over(T - S, T + 20 * S) == fix.offset_at(T + 20 * S)[1]
+    assert fix.bound_over(T, T + 10 * S) == fix.uncertainty_ns == 100_001 + 5_000  # the gap's middle
     host = cp.manifest_section()["hosts"]["d"]
     assert host["drift_ppm"] == pytest.approx(50, abs=1e-6) and host["drift_consistent"]
     assert host["drift_range_ppm"][0] <= 50 <= host["drift_range_ppm"][1]
     assert host["offset_range_ns"] == [1_000_000, 1_500_000]
+    assert host["measured_range_ns"] == [T, T + 10 * S] and host["uncertainty_ns"] == 105_001
+    (ex,) = host["extrapolation"]
+    assert ex["fitted"] and ex["drift_ppm"] == pytest.approx(50) and ex["drift_range_ppm"] == [28.0, 72.0]
+    assert host["ranges"] == []  # no process record says when this host's data lies
 
 
 @settings(max_examples=200, deadline=None)
@@ -122,29 +136,45 @@ def test_drift_between_bracketing_measurements() -> None:
     first=st.integers(-(10**9), 10**9),
     ppms=st.lists(st.integers(-1000, 1000), min_size=0, max_size=5),
     gaps=st.lists(st.integers(1, 100 * S), min_size=6, max_size=6),
-    window=st.tuples(st.integers(-20 * S, 700 * S), st.integers(0, 50 * S)),
-    probes=st.lists(st.floats(0, 1), min_size=1, max_size=5),
+    jumps=st.sets(st.integers(0, 4)),
+    probes=st.lists(
+        st.one_of(st.integers(-50 * S, 700 * S), st.sampled_from([0, 1, 100 * S, 100 * S + 1])),
+        min_size=2,
+        max_size=8,
+    ),
 )
-def test_window_correction_equals_the_exact_one(
-    first: int, ppms: list[int], gaps: list[int], window: tuple[int, int], probes: list[float]
+def test_corrections_keep_event_order_and_travel_to_workers(
+    first: int, ppms: list[int], gaps: list[int], jumps: set[int], probes: list[int]
 ) -> None:
-    """Offsets drift by at most 1000 ppm between measurements (real oscillators: under 100)."""
+    """Offsets drift by up to 1000 ppm between measurements (real oscillators: under 100). The
+    correction never reverses the order of two events (except across a jump, where it cannot
+    know better), survives pickling unchanged, and its worst bound over a range is the worst of
+    every timestamp in it."""
     walls, offsets = [T], [first]
     for ppm, gap in zip(ppms, gaps, strict=False):
         walls.append(walls[-1] + gap)
         offsets.append(offsets[-1] + gap * ppm // 1_000_000)
-    corr = Correction([OffsetPoint(w, o, 1000) for w, o in zip(walls, offsets, strict=True)])
-    start, end = T + window[0], T + window[0] + window[1]
-    fast = corr.for_window(start, end)
-    shipped = pickle.loads(pickle.dumps(fast))  # corrections travel to merge worker processes
-    for p in probes:
-        ts = start + int(p * (end - start))
-        assert fast(ts) == corr(ts) == shipped(ts)
-        if fast.constant_ns is not None:
-            assert ts - fast.constant_ns == corr(ts)
-    ts_sorted = sorted(start + int(p * (end - start)) for p in probes)
-    fixed = [corr(ts) for ts in ts_sorted]
-    assert fixed == sorted(fixed)  # a drift correction never reverses the order of events
+    breaks = frozenset(j for j in jumps if j < len(walls) - 1)
+    corr = Correction([OffsetPoint(w, o, 1000) for w, o in zip(walls, offsets, strict=True)], breaks)
+    shipped = pickle.loads(pickle.dumps(corr))  # corrections travel to merge worker processes
+    ts_sorted = sorted(T + p for p in probes)
+    for ts in ts_sorted:
+        assert shipped(ts) == corr(ts) == ts - corr.offset_at(ts)[0]  # the fast path is the same
+        assert shipped.offset_at(ts) == corr.offset_at(ts)
+        if corr.constant_ns is not None:
+            assert ts - corr.constant_ns == corr(ts)
+        assert abs(corr.host_time(corr(ts)) - ts) <= 2
+    if not breaks:
+        fixed = [corr(ts) for ts in ts_sorted]
+        assert fixed == sorted(fixed)
+    lo, hi = ts_sorted[0], ts_sorted[-1]
+    assert all(corr.offset_at(ts)[1] <= corr.bound_over(lo, hi) for ts in ts_sorted)
+    assert corr.bound_over(lo, hi) in {corr.offset_at(t)[1] for t in _bound_candidates(corr, lo, hi)}
+
+
+def _bound_candidates(corr: Correction, lo: int, hi: int) -> list[int]:
+    mids = [(a.wall_ns + b.wall_ns) // 2 + k for a, b in itertools.pairwise(corr.points) for k in (0, 1)]
+    return [lo, hi, *(min(max(m, lo), hi) for m in mids)]
 
 
 def test_measurements_over_tolerance_are_left_out_when_better_exist() -> None:
@@ -195,7 +225,27 @@ def test_no_drift_line_across_a_jump() -> None:
     assert fix.breaks == frozenset({0})
     assert fix(T + S) == T + S  # nearer the first measurement: its offset, not 25 ms of invented drift
     assert fix(T + 9 * S) == T + 9 * S - 250_000_000
-    assert fix.for_window(T + S, T + 2 * S) is fix
+    # Each side is one measurement: no drift known, so its bound grows by 500 ppm towards the jump.
+    assert fix.offset_at(T + S) == (0, 100_000 + 500_000 + 1)
+
+
+def test_each_side_of_a_jump_has_its_own_drift() -> None:
+    """Two measurements on each side of a +250 ms step, drifting 50 ppm: a drift per side, carried
+    on outside the measured range and up to the middle of the jump's bracket, never across it."""
+    pts = [
+        OffsetPoint(T + i * 10 * S, 50_000 * 10 * i + (250 * MS if i >= 2 else 0), 10_000) for i in range(4)
+    ]
+    # a too-close pair (1 µs apart, 5 µs apart in offset) is combined into one point first
+    close = OffsetPoint(T + 10 * S + 1_000, 500_000 + 5_000, 20_000)
+    corr = Correction([*pts, close], frozenset({2}))  # bracket 2 (after the close pair is combined)
+    assert len(corr.points) == 4 and corr.breaks == frozenset({1})
+    before, after = corr.extrapolations
+    assert before.fitted and after.fitted
+    assert before.drift == pytest.approx(50e-6) and after.drift == pytest.approx(50e-6)
+    assert corr(T - 10 * S) == T - 10 * S + 500_000  # the first side's drift, backwards
+    assert corr(T + 12 * S) == T + 12 * S - 600_000  # the jump's bracket, nearer side: carried on
+    assert corr(T + 18 * S) == T + 18 * S - (250 * MS + 900_000)
+    assert corr(T + 40 * S) == T + 40 * S - (250 * MS + 2_000_000)  # the last side's drift
 
 
 def test_malformed_and_foreign_reference_entries() -> None:

@@ -9,7 +9,8 @@ clock's times, since RL-Insight itself stamps with ``time.time_ns()``). Offsets 
 real ``clock_sync`` path at step boundaries (background thread, node responder included), the real
 CLI merges, and the real offline Perfetto engine reads the result:
 
-- the measured offsets match the injected truth within their reported bounds;
+- the measured offsets (capture start, step boundaries, end of training) match the injected truth
+  within their reported bounds;
 - ``--clock aligned``: the three regions line up within those bounds (status ``ok``, even with
   ``--strict``: the node responder's record names an event log it never wrote, which is fine);
 - ``--clock wall``: ``clock`` problems, and host-a's region sits ~157 ms after host-b's;
@@ -163,6 +164,7 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
         for handle in hosts.values():
             sync.add_target(handle, "process")
         assert rcs.prepare(timeout_s=120) == len(hosts) + 1  # the three actors and this node's responder
+        rcs.on_capture_start()  # the run's first measurement, on the background thread
         real: dict[str, tuple[int, int]] = {}
         for step in (1, 2):
             rcs.on_step_boundary(step, "begin")  # the real hook: measured on a background thread
@@ -181,6 +183,7 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
                 ray.get(hosts["host-j"].jump.remote(-250 * MS))
             rcs.on_step_boundary(step, "end")
             assert rcs.flush(60)
+        assert rcs.on_training_end(60)  # the last one: measured and stored before it returns
         ray.get([h.sync.remote() for h in hosts.values()])
         driver.write_record()
         truth_at = {h: ray.get(hosts[h].truth.remote(real[h][0])) for h in ("host-a", "host-b")}
@@ -198,15 +201,29 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
     assert clock["mode"] == "aligned" and clock["unmeasured_hosts"] == []
     ref_host = clock["reference"]["host"]
     assert clock["hosts"][ref_host]["self_check"]["zero_within_bound"]  # the node responder, same host
-    bound = {h: clock["hosts"][h]["uncertainty_ns"] for h in ("host-a", "host-b")}
+    # The regions lie inside the measured range, where the bound is the measurements'. The actors'
+    # records began before the first measurement (actor start, then the responders'), and there
+    # the bound grows with the distance: stated per range, and in the hosts' worst bound.
+    hosts_ = {h: clock["hosts"][h] for h in ("host-a", "host-b")}
+    bound = {h: hc["measured_uncertainty_ns"] for h, hc in hosts_.items()}
     assert all(0 < b <= 1000 * 1000 for b in bound.values()), bound
+    for hc in hosts_.values():
+        parts = {r["where"]: r["uncertainty_ns"] for r in hc["ranges"]}
+        assert parts["measured"] <= hc["measured_uncertainty_ns"] and hc["uncertainty_ns"] == max(
+            parts.values()
+        )
     starts, names, meta = _region_starts(aligned)
     assert meta["cr-rl_trace_clock_alignment"] == "aligned"  # the .pftrace states its alignment
     assert (
-        meta["cr-rl_trace_clock_worst_uncertainty_ns"] == clock["worst_uncertainty_ns"] == max(bound.values())
+        meta["cr-rl_trace_clock_worst_uncertainty_ns"]
+        == clock["worst_uncertainty_ns"]
+        == max(hc["uncertainty_ns"] for hc in hosts_.values())
     )
-    assert any(re.match(r"host-a · .* · clock \+37\.\d{3} ms ±0\.\d{3} ms$", n) for n in names), names
-    assert any(re.match(r"host-b · .* · clock -1(19|20)\.\d{3} ms ±0\.\d{3} ms$", n) for n in names), names
+    extra = r"( \(±\d+\.\d{3} ms extrapolated\))?$"  # when its record began before the measurements
+    assert any(re.match(r"host-a · .* · clock \+37\.\d{3} ms ±0\.\d{3} ms" + extra, n) for n in names), names
+    assert any(re.match(r"host-b · .* · clock -1(19|20)\.\d{3} ms ±0\.\d{3} ms" + extra, n) for n in names), (
+        names
+    )
     for h in ("host-a", "host-b"):
         got, want = starts[h] - starts["ref"], real[h][0] - real["ref"][0]
         assert abs(got - want) <= bound[h] + 2000, (h, got, want, bound[h])

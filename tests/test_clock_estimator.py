@@ -19,6 +19,7 @@ from rl_trace_observer.capture.clock import ShiftedClock, snapshot
 from rl_trace_observer.capture.clock_sync import (
     DEFAULT_JUMP_TOLERANCE_NS,
     Exchange,
+    Extrapolation,
     OffsetPoint,
     detect_jumps,
     estimate_offset,
@@ -168,12 +169,27 @@ def test_drift_fit_edge_cases() -> None:
         interpolate([], T_BASE)
 
 
-def test_interpolate_clamps_outside_the_measured_range() -> None:
+def test_interpolate_widens_the_bound_outside_the_measured_range() -> None:
     pts = [OffsetPoint(T_BASE, 1_000, 10), OffsetPoint(T_BASE + 1_000_000, 2_000, 30)]
-    assert interpolate(pts, T_BASE - 5) == (1_000, 10)
-    assert interpolate(pts, T_BASE + 2_000_000) == (2_000, 30)
+    # Without a drift: nothing extrapolated, the slope only known to be under 500 ppm (+1: rounding).
+    assert interpolate(pts, T_BASE - 5) == (1_000, 10 + 1 + 1)
+    assert interpolate(pts, T_BASE + 2_000_000) == (2_000, 30 + 500 + 1)
     assert interpolate(pts, T_BASE + 1_000_000) == (2_000, 30)
-    assert interpolate(pts, T_BASE + 500_000) == (1_500, 31)
+    assert interpolate(pts, T_BASE + 500_000) == (1_500, 31 + 1)  # + 2·1 ppm·0.5 ms·0.5 ms/1 ms
+    assert interpolate(pts, T_BASE + 500_000, allowance_ppm=0) == (1_500, 31)
+    # 1000 ppm between them: steeper than any clock drifts, so no drift is trusted.
+    steep = Extrapolation.of(pts)
+    assert not steep.fitted and not steep.consistent and steep.spread == pytest.approx(500e-6)
+    # 50 ppm over a second: carried on, the bound growing by the slopes still possible (±0.04 ppm
+    # from the measurements, ±2 ppm for twice the allowance).
+    pts = [OffsetPoint(T_BASE, 1_000, 10), OffsetPoint(T_BASE + 10**9, 51_000, 30)]
+    ex = Extrapolation.of(pts)
+    assert ex.fitted and ex.consistent and ex.drift == pytest.approx(50e-6)
+    assert ex.lo == pytest.approx(47.96e-6) and ex.hi == pytest.approx(52.04e-6)
+    off, unc = interpolate(pts, T_BASE + 2 * 10**9, extrapolation=ex)
+    assert off == 101_000 and 30 + 2_040 <= unc <= 30 + 2_042
+    assert interpolate(pts, T_BASE - 10**9, extrapolation=ex)[0] == -49_000
+    assert Extrapolation.of(pts[:1]) == Extrapolation.assumed()  # one measurement: no drift known
 
 
 # ------------------------------------------------------------------------ jumps

@@ -124,13 +124,23 @@ def test_tolerance_and_strict_reach_the_plan_and_the_trace_states_its_alignment(
     assert manifest["status"] == "ok" and manifest["timeline"]["clock"]["tolerance_us"] == 5000
     doc = json.loads(gzip.decompress(out.read_bytes()))
     meta = doc["rl_trace_observer"]["clock_alignment"]
-    assert meta["clock_alignment"] == "aligned" and meta["clock_worst_uncertainty_ns"] == 2 * MS
+    # One measurement, no drift known: the bound grows by 500 ppm away from it. Host a's record
+    # starts 1.037 s before it (its test clock stayed at T), its span ends 1 s after it.
+    before, after = 2 * MS + 518_500 + 1, 2 * MS + 500_000 + 1
+    assert meta["clock_alignment"] == "aligned" and meta["clock_worst_uncertainty_ns"] == before
     assert meta["clock_reference_host"] == "ref" and meta["clock_tolerance_ns"] == 5 * MS
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     assert {
-        "a · pid 2 · actor · clock +37.000 ms ±2.000 ms",
+        "a · pid 2 · actor · clock +37.000 ms ±2.000 ms (±2.519 ms extrapolated)",
         "ref · pid 1 · actor · clock reference",
     } <= names
+    ranges = manifest["timeline"]["clock"]["hosts"]["a"]["ranges"]
+    assert [(r["where"], r["uncertainty_ns"]) for r in ranges] == [
+        ("before", before),
+        ("measured", 2 * MS),
+        ("after", after),
+    ]
+    assert ranges[2]["range_ns"] == [raw + 1, raw + S]  # where the span actually lies
     starts = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name") == "step")
     assert starts[0] == starts[1]  # host a's span moved back by its measured 37 ms
 
@@ -138,7 +148,7 @@ def test_tolerance_and_strict_reach_the_plan_and_the_trace_states_its_alignment(
     assert wall.exit_code == 1
     assert any("--clock wall leaves host a +37.000 ms off" in d for d in _clock_problems(wall.manifest))
     doc = json.loads((tmp_path / "wall.json").read_text())
-    assert doc["rl_trace_observer"]["clock_alignment"]["clock_worst_uncertainty_ns"] == 39 * MS
+    assert doc["rl_trace_observer"]["clock_alignment"]["clock_worst_uncertainty_ns"] == 37 * MS + before
 
 
 # -------------------------------------------------------------------------- causality

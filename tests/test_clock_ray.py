@@ -281,6 +281,36 @@ def test_on_step_boundary_with_node_responders(
     assert not [t for t in threading.enumerate() if t.name == "rl-trace-clock-sync"], "thread leaked"
 
 
+def test_capture_start_periodic_and_end_of_training_measurements(ray_cluster: None, tmp_path: Path) -> None:
+    """The measurements that bracket a run: capture start (waits for the targets in the background),
+    a periodic one at unprofiled steps, the end of training (waits until stored). None of them
+    marks a profiled window in the target's record."""
+    out = tmp_path / "trace"
+    out.mkdir()
+    proc = ray.remote(num_cpus=0)(TracedProcess).remote(str(out), "host-p", 3_000_000, 20.0)
+    ref = Recorder(Config(output_dir=out), SYSTEM_CLOCK, host="ref-host")
+    sync = rcs.ClockSync(ref, node_responders=False)
+    sync.add_target(proc)
+    assert not sync.used and sync.training_end() is False  # nothing measured: nothing to bracket
+    assert not sync.finished
+    assert sync.capture_start() and not sync.capture_start()  # once; the actor may still be starting
+    assert sync.wait_idle(60)
+    start = sync.last_result
+    assert start is not None and [m["phase"] for m in start.measurements] == ["capture_start"]
+    assert not sync.step_tick(5)  # the last measurement is not a minute old
+    assert sync.step_tick(5, interval_s=0) and sync.wait_idle(30)
+    assert sync.last_result is not None and sync.last_result.measurements[0]["step"] == 5
+    assert sync.training_end(timeout_s=30) and sync.finished
+    assert sync.training_end() and sync.last_result.measurements[0]["phase"] == "training_end"
+    ray.get(proc.truth.remote(0))
+    sync.close()
+    (rec,) = [r for r in _records(out) if r["hostname"] == "host-p"]
+    phases = [(m["phase"], m["step"]) for m in rec["clock_offsets"]]
+    assert phases == [("capture_start", None), ("periodic", 5), ("training_end", None)]
+    assert not [s for s in rec["clock_snapshots"] if s["reason"].startswith("step_")]
+    _check_truth(rec["clock_offsets"], {"host-p": lambda t: ray.get(proc.truth.remote(t))})
+
+
 def test_skipped_quietly_without_ray(tmp_path: Path) -> None:
     code = f"""
         import sys
@@ -289,7 +319,11 @@ def test_skipped_quietly_without_ray(tmp_path: Path) -> None:
         from rl_trace_observer.capture import configure
         from rl_trace_observer.config import Config
         assert clock_sync.on_step_boundary(3, "begin") is None   # capture off: nothing at all
+        clock_sync.on_capture_start(); clock_sync.on_step(3)
+        assert clock_sync.on_training_end() is False
         rec = configure(Config(output_dir=Path({str(tmp_path)!r})))
+        clock_sync.on_capture_start(); clock_sync.on_step(3)
+        assert clock_sync.on_training_end() is False
         assert clock_sync.on_step_boundary(3, "begin") is None
         assert rec.record()["clock_snapshots"][-1]["reason"] == "step_begin"
         assert "ray" not in sys.modules, "the hook must not import Ray"

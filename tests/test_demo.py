@@ -102,14 +102,21 @@ def test_demo_report_numbers(demo: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str, Any]) -> None:
-    """The profiled step's boundaries are measured over Ray (the node responder is started before the
-    step, the measurements flushed before collection), and the responder's record, which never
-    wrote an event, names no event log anybody expects: the merge is clean."""
+    """The run's start and end and the profiled step's boundaries are measured over Ray (the node
+    responder is started before the step, the measurements flushed before collection), and the
+    responder's record, which never wrote an event, names no event log anybody expects: the merge
+    is clean."""
     out: Path = demo["out"]
     records = [json.loads(p.read_text()) for p in (out / "run").glob("rl-trace-process-*.json")]
     (responder,) = [r for r in records if r["role"] == "clock_sync"]
     assert responder["events"]["written"] == 0 and len(responder["clock_offsets"]) >= 1
-    assert {m["step"] for m in responder["clock_offsets"]} == {2}  # the profiled step
+    # the profiled step's boundaries, and capture start and the end of training (no step)
+    assert {(m["step"], m["phase"]) for m in responder["clock_offsets"]} >= {
+        (2, "end"),
+        (None, "capture_start"),
+        (None, "training_end"),
+    }
+    assert {m["step"] for m in responder["clock_offsets"]} == {None, 2}
     for name in ("trace.pftrace", "trace.json.gz"):
         manifest = json.loads((out / f"{name}.manifest.json").read_text())
         assert manifest["status"] == "ok" and manifest["problems"] == [], manifest["problems"]

@@ -436,9 +436,16 @@ def _bare_trainer(cls: type, mode: str) -> Any:
 def test_step_markers_in_every_trainer_mode(recorder: Any) -> None:
     from verl.trainer.ppo.v1 import trainer_base
 
-    originals = {n: trainer_base.PPOTrainer.__dict__[n] for n in ("_start_profiling", "_stop_profiling")}
+    originals = {
+        n: trainer_base.PPOTrainer.__dict__[n] for n in ("_start_profiling", "_stop_profiling", "fit")
+    }
+    ticks: list[Any] = []
+    hooks = steps._state["clock_hooks"]
+    saved = dict(hooks)
+    hooks["on_step"] = ticks.append  # the Ray clock sync's periodic measurement at unprofiled steps
     assert steps.install() and steps.installed()
     try:
+        assert trainer_base.PPOTrainer.fit.__wrapped__ is originals["fit"]
         modes = dict(trainer_base.TRAINER_REGISTRY)
         assert {"sync", "colocate_async", "separate_async"} <= set(modes)
         for mode, cls in modes.items():  # one shared fit() loop calls the wrapped pair in every mode
@@ -464,9 +471,41 @@ def test_step_markers_in_every_trainer_mode(recorder: Any) -> None:
         snaps = [s for s in recorder.record()["clock_snapshots"] if s["reason"] in ("step_begin", "step_end")]
         assert [(s["reason"], s["step"]) for s in snaps] == [("step_begin", 2), ("step_end", 2)] * len(modes)
         assert recorder.record()["role"] == "trainer"
+        assert ticks == [1, 3] * len(modes)  # the unprofiled steps
     finally:
         steps.uninstall()
+        hooks.clear()
+        hooks.update(saved)
     assert all(trainer_base.PPOTrainer.__dict__[n] is f for n, f in originals.items())
+
+
+def test_fit_measures_clocks_at_its_start_and_end_however_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapped ``fit`` queues the capture-start measurement, then always the end-of-training
+    one, even when training raises; a failing hook never reaches training."""
+    calls: list[str] = []
+    monkeypatch.setitem(steps._state, "clock_hooks", {
+        "on_capture_start": lambda: calls.append("start"),
+        "on_training_end": lambda: calls.append("end"),
+    })  # fmt: skip
+
+    def fit(self: Any, agent_loop_manager: Any) -> str:
+        calls.append(f"fit {agent_loop_manager}")
+        if agent_loop_manager == "boom":
+            raise RuntimeError("training failed")
+        return "done"
+
+    wrapped = steps._wrap_fit(fit)
+    assert wrapped(object(), "alm") == "done" and calls == ["start", "fit alm", "end"]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="training failed"):
+        wrapped(object(), agent_loop_manager="boom")
+    assert calls == ["start", "fit boom", "end"]
+
+    def broken() -> None:
+        raise OSError("no clock today")
+
+    monkeypatch.setitem(steps._state, "clock_hooks", {"on_capture_start": broken, "on_training_end": broken})
+    assert wrapped(object(), "alm") == "done"
 
 
 # ------------------------------------------------------------------------------------ contract

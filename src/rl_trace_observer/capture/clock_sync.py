@@ -20,9 +20,18 @@ clock tick for readings being rounded down, are added so the bound stays a bound
 **Several measurements over time** (``fit_drift``): under a constant drift the offset is a line
 ``offset(t) = offset_ns + drift·(t − t_ref_ns)`` (``t`` on the remote's own wall clock). The set of
 slopes compatible with every measurement's interval is exact and cheap to compute from pairs; the
-reported drift is the weighted least-squares slope clipped into that set. ``interpolate`` gives the
-offset at a time between two measurements with the bound ``max(u_i, u_j)`` (linear truth between
-them), or the nearest measurement's offset outside the measured range.
+reported drift is the weighted least-squares slope clipped into that set.
+
+**Offsets at any time, with bounds that hold** (``interpolate``). The model: the offset's rate of
+change (the drift) stays within ``±allowance_ppm`` of one constant, and never exceeds
+``DEFAULT_MAX_DRIFT_PPM``. Between two measurements: the straight line through them, bound
+``max(u_i, u_j)`` plus ``2·a·x·(T − x)/T`` for drift wandering by ``a`` (``x`` into a gap of ``T``;
+at most ``a·T/2``). Outside the measured range: the nearest measurement carried on with a drift
+(``Extrapolation``), its bound grown by ``spread × distance``. With a drift fit, the slopes the
+truth can have are the measurements' exact slope range widened by ``2a`` on each side (the constant
+lies within ``a`` of every measured average slope, the actual slope within ``a`` of the constant),
+and the fitted drift is applied; without one (a single measurement, or measurements no drift line
+fits) nothing is extrapolated and the slope is only known to be within ``±DEFAULT_MAX_DRIFT_PPM``.
 
 **Wall-clock jumps** (``detect_jumps``): two clock snapshots (wall and monotonic read together)
 must agree on elapsed time up to slewing; a larger disagreement is a step of the wall clock (NTP,
@@ -46,6 +55,11 @@ DEFAULT_JUMP_TOLERANCE_NS = 100_000
 
 DEFAULT_SLEW_PPM = 500.0
 """Linux slews the wall clock by at most 500 ppm; more than that between snapshots is a step."""
+
+DEFAULT_DRIFT_ALLOWANCE_PPM = 1.0
+"""How far a host's drift may wander from one constant during a run, beyond what its measurements
+show: temperature moves a quartz oscillator's rate and a time daemon steers it, by fractions of a
+ppm to a few ppm. Stated in the merge manifest (``timeline.clock.drift_allowance_ppm``)."""
 
 MAX_FIT_POINTS = 400  # the exact slope range is O(n²); thin larger sets to the best per time bucket
 
@@ -162,6 +176,26 @@ class OffsetPoint:
         return self.offset_ns + self.uncertainty_ns
 
 
+def too_close(a: OffsetPoint, b: OffsetPoint) -> bool:
+    """True when a line through ``a`` and ``b`` would change the offset by half the time between
+    them or more: measurement noise, not drift (no clock drifts by 500 000 ppm). Such a line would
+    also make the correction ``ts − offset(ts)`` run backwards between them."""
+    return 2 * abs(b.offset_ns - a.offset_ns) >= abs(b.wall_ns - a.wall_ns)
+
+
+def combine(a: OffsetPoint, b: OffsetPoint, max_drift_ppm: float = DEFAULT_MAX_DRIFT_PPM) -> OffsetPoint:
+    """One point for two measurements ``too_close`` to draw a line through: at the tighter one's
+    time, the intersection of both intervals (the other widened by the most the offset can drift
+    in between); when they do not intersect (a clock stepped), the tighter one alone."""
+    keep, other = (a, b) if a.uncertainty_ns <= b.uncertainty_ns else (b, a)
+    slack = math.ceil(max_drift_ppm * 1e-6 * abs(other.wall_ns - keep.wall_ns))
+    lo, hi = max(keep.lo, other.lo - slack), min(keep.hi, other.hi + slack)
+    if lo > hi:
+        return keep
+    mid = (lo + hi) // 2
+    return OffsetPoint(keep.wall_ns, mid, max(hi - mid, mid - lo))
+
+
 @dataclass(frozen=True)
 class DriftFit:
     """``offset(t) = offset_ns + drift_ppm·1e-6·(t − t_ref_ns)``; the drift is within [lo, hi] ppm.
@@ -250,14 +284,101 @@ def fit_drift(points: Iterable[OffsetPoint]) -> DriftFit | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Extrapolation:
+    """How an offset is carried beyond the measured range; slopes in ns of offset per ns of time.
+
+    ``drift`` is applied from the nearest measurement on; the true slope lies in ``[lo, hi]``, so
+    the bound grows by ``spread`` per ns of distance. ``fitted``: the slopes come from a drift fit;
+    otherwise nothing is extrapolated and the slope is only known to be within ±``max_drift_ppm``.
+    ``consistent`` is False when the measurements refute the model (no drift line within the
+    allowance fits them all: a clock step nobody saw, or a drift that wandered more).
+    """
+
+    drift: float = 0.0
+    lo: float = -DEFAULT_MAX_DRIFT_PPM * 1e-6
+    hi: float = DEFAULT_MAX_DRIFT_PPM * 1e-6
+    fitted: bool = False
+    consistent: bool = True
+
+    @property
+    def spread(self) -> float:
+        """The largest difference between the applied and a possible slope."""
+        return max(self.drift - self.lo, self.hi - self.drift)
+
+    @classmethod
+    def assumed(cls, max_drift_ppm: float = DEFAULT_MAX_DRIFT_PPM, consistent: bool = True) -> Extrapolation:
+        m = max_drift_ppm * 1e-6
+        return cls(0.0, -m, m, False, consistent)
+
+    @classmethod
+    def of(
+        cls,
+        points: Iterable[OffsetPoint],
+        *,
+        allowance_ppm: float = DEFAULT_DRIFT_ALLOWANCE_PPM,
+        max_drift_ppm: float = DEFAULT_MAX_DRIFT_PPM,
+    ) -> Extrapolation:
+        """From a drift fit of ``points`` where one exists and the model holds, else ``assumed``."""
+        fit = fit_drift(points)
+        if fit is None:
+            return cls.assumed(max_drift_ppm)
+        a, m = allowance_ppm * 1e-6, max_drift_ppm * 1e-6
+        lo = max(fit.drift_lo_ppm * 1e-6 - 2 * a, -m)
+        hi = min(fit.drift_hi_ppm * 1e-6 + 2 * a, m)
+        if lo > hi:  # no drift line within the allowance, or one steeper than any clock drifts
+            return cls.assumed(max_drift_ppm, consistent=False)
+        return cls(min(max(fit.drift_ppm * 1e-6, lo), hi), lo, hi, True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "drift_ppm": round(self.drift * 1e6, 3),
+            "drift_range_ppm": [round(self.lo * 1e6, 3), round(self.hi * 1e6, 3)],
+            "fitted": self.fitted,
+        }
+
+
+ASSUMED = Extrapolation()
+
+
+def extrapolate(p: OffsetPoint, wall_ns: int, ex: Extrapolation = ASSUMED) -> tuple[int, int]:
+    """``(offset_ns, uncertainty_ns)`` at ``wall_ns``, carried on from the measurement ``p``.
+
+    Monotonic: ``wall_ns − offset`` never decreases with ``wall_ns`` (``|drift| < 1``).
+    """
+    d = wall_ns - p.wall_ns
+    if d == 0:
+        return p.offset_ns, p.uncertainty_ns
+    # +1: the rounding of the applied drift (and a float's last bit of the product)
+    return p.offset_ns + round(ex.drift * d), p.uncertainty_ns + math.ceil(ex.spread * abs(d)) + 1
+
+
+def between(a: OffsetPoint, b: OffsetPoint, wall_ns: int, allowance_ppm: float) -> tuple[int, int]:
+    """``(offset_ns, uncertainty_ns)`` on the straight line from ``a`` to ``b`` (``a.wall < wall < b.wall``).
+
+    Exact integer arithmetic for the line; the bound adds ``2·a·x·(T − x)/T`` for a drift that
+    wanders by ``allowance_ppm`` inside the gap.
+    """
+    dt = b.wall_ns - a.wall_ns
+    x = wall_ns - a.wall_ns
+    off = a.offset_ns + (x * (b.offset_ns - a.offset_ns)) // dt
+    wander = math.ceil(2 * allowance_ppm * 1e-6 * x * (dt - x) / dt) if allowance_ppm > 0 else 0
+    return off, max(a.uncertainty_ns, b.uncertainty_ns) + 1 + wander  # +1: the floor division
+
+
 def interpolate(
-    points: Sequence[OffsetPoint], wall_ns: int, times: Sequence[int] | None = None
+    points: Sequence[OffsetPoint],
+    wall_ns: int,
+    times: Sequence[int] | None = None,
+    *,
+    extrapolation: Extrapolation = ASSUMED,
+    allowance_ppm: float = DEFAULT_DRIFT_ALLOWANCE_PPM,
 ) -> tuple[int, int]:
     """``(offset_ns, uncertainty_ns)`` at ``wall_ns`` from points sorted by ``wall_ns``.
 
-    Between two measurements: the straight line through them (exact integer arithmetic), bound
-    ``max(u_i, u_j)`` if the drift is constant in between. Outside the measured range: the nearest
-    measurement, unchanged (extrapolating a drift would be a guess). ``times`` (the points'
+    Between two measurements: ``between``; outside the measured range: ``extrapolate`` from the
+    nearest one (pass ``Extrapolation.of(points)`` to use their drift; the default extrapolates
+    nothing and bounds the slope by ``DEFAULT_MAX_DRIFT_PPM``). ``times`` (the points'
     ``wall_ns``, precomputed) saves a list per call on hot paths.
     """
     if not points:
@@ -266,15 +387,13 @@ def interpolate(
         times = [p.wall_ns for p in points]
     j = bisect.bisect_left(times, wall_ns)
     if j == 0:
-        return points[0].offset_ns, points[0].uncertainty_ns
+        return extrapolate(points[0], wall_ns, extrapolation)
     if j == len(points):
-        return points[-1].offset_ns, points[-1].uncertainty_ns
-    a, b = points[j - 1], points[j]
+        return extrapolate(points[-1], wall_ns, extrapolation)
+    b = points[j]
     if b.wall_ns == wall_ns:
         return b.offset_ns, b.uncertainty_ns
-    dt = b.wall_ns - a.wall_ns
-    off = a.offset_ns + ((wall_ns - a.wall_ns) * (b.offset_ns - a.offset_ns)) // dt
-    return off, max(a.uncertainty_ns, b.uncertainty_ns) + 1  # +1: the floor division
+    return between(points[j - 1], b, wall_ns, allowance_ppm)
 
 
 # ---------------------------------------------------------------- wall jumps

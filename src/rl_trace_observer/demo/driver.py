@@ -59,17 +59,21 @@ def _clock_boundary(step: int, phase: str) -> None:
 
 def _clock_prepare() -> None:
     """Start the per-node clock responders before the first profiled step: an actor takes seconds
-    to start, and a responder still starting at a boundary is simply not measured there."""
+    to start, and a responder still starting at a boundary is simply not measured there. Then the
+    capture-start measurement (in the background), so measurements bracket the whole run."""
     sync = _clock_sync()
     if sync is not None:
         sync.prepare(timeout_s=60.0)
+        sync.on_capture_start()
 
 
 def _clock_flush() -> None:
-    """Wait for the background measurements and for the responders to store them, so they are in
-    the process records before collection and before Ray shuts down."""
+    """The end-of-training measurement, then wait for the background measurements and for the
+    responders to store them, so they are in the process records before collection and before Ray
+    shuts down."""
     sync = _clock_sync()
     if sync is not None:
+        sync.on_training_end()
         sync.flush(timeout_s=30.0)
         sync.reset()  # stops the background thread; the responders' records are complete
 

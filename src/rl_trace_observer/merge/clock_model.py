@@ -7,12 +7,24 @@ have the documented shape is counted and skipped, never guessed at (docs/FORMATS
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capture.clock_sync import DriftFit, OffsetPoint, WallJump, interpolate
+from ..capture.clock_sync import (
+    DEFAULT_DRIFT_ALLOWANCE_PPM,
+    DEFAULT_MAX_DRIFT_PPM,
+    DriftFit,
+    Extrapolation,
+    OffsetPoint,
+    WallJump,
+    between,
+    combine,
+    extrapolate,
+    too_close,
+)
 
 
 def _int(value: Any) -> int | None:
@@ -120,79 +132,170 @@ def profiled_windows(records: Iterable[Mapping[str, Any]]) -> list[tuple[int, fl
 
 
 class Correction:
-    """Maps a timestamp on one host's wall clock onto the reference timeline (``ts − offset(ts)``).
+    """Maps a timestamp on one host's wall clock onto the reference timeline (``ts − offset(ts)``),
+    and says how well it knows the offset at every time (``offset_at``, ``bound_over``).
 
-    Picklable (plain data), so it can travel to merge worker processes. ``constant_ns`` is set
-    when one offset applies everywhere: callers may then add an integer instead of calling.
+    The measurements are cut into segments at wall-clock jumps (``breaks``: bracket ``i``, between
+    ``points[i]`` and ``points[i + 1]``, straddles one); each segment has its own drift
+    (``capture.clock_sync.Extrapolation``). Inside a segment, between two measurements: the line
+    through them. Before the first and after the last measurement, and on either side of a jump
+    up to the midpoint: the nearest measurement carried on with its segment's drift, the bound
+    growing with the distance. Picklable (plain data), so it travels to merge worker processes.
+    ``constant_ns`` is set when one offset applies everywhere (callers may add an integer instead
+    of calling); the bound still grows away from the measurements.
     """
 
-    def __init__(self, points: Sequence[OffsetPoint] = (), breaks: frozenset[int] = frozenset()) -> None:
-        self.points = sorted(points)
+    def __init__(
+        self,
+        points: Sequence[OffsetPoint] = (),
+        breaks: frozenset[int] = frozenset(),
+        *,
+        allowance_ppm: float = DEFAULT_DRIFT_ALLOWANCE_PPM,
+        max_drift_ppm: float = DEFAULT_MAX_DRIFT_PPM,
+    ) -> None:
+        self.points, self.breaks = _combine_close(sorted(points), breaks)
         self._times = [p.wall_ns for p in self.points]
-        self.breaks = breaks  # bracket i (points[i], points[i+1]) straddles a wall jump: no drift there
-        self.constant_ns: int | None = self.points[0].offset_ns if len(self.points) == 1 else None
-        if not self.points:
-            self.constant_ns = 0
-        self.uncertainty_ns = max((p.uncertainty_ns for p in self.points), default=0)
+        self._lines = [
+            (a.wall_ns, a.offset_ns, b.offset_ns - a.offset_ns, b.wall_ns - a.wall_ns)
+            for a, b in itertools.pairwise(self.points)
+        ]
+        self.allowance_ppm = allowance_ppm
+        self._segment: list[int] = []  # point index -> index into ``extrapolations``
+        self.extrapolations: list[Extrapolation] = []
+        run: list[OffsetPoint] = []
+        for i, p in enumerate(self.points):
+            run.append(p)
+            self._segment.append(len(self.extrapolations))
+            if i in self.breaks or i == len(self.points) - 1:
+                ex = Extrapolation.of(run, allowance_ppm=allowance_ppm, max_drift_ppm=max_drift_ppm)
+                self.extrapolations.append(ex)
+                run = []
+        offsets = {p.offset_ns for p in self.points}
+        flat = len(offsets) <= 1 and all(ex.drift == 0 for ex in self.extrapolations)
+        self.constant_ns: int | None = (offsets.pop() if offsets else 0) if flat else None
+        self.point_uncertainty_ns = max((p.uncertainty_ns for p in self.points), default=0)
+        self.measured_range: tuple[int, int] | None = (
+            (self._times[0], self._times[-1]) if self.points else None
+        )
+        self.uncertainty_ns = self.bound_over(*self.measured_range) if self.measured_range else 0
+        """The worst bound inside the measured range (outside it: ``bound_over``)."""
 
     def offset_at(self, ts_ns: int) -> tuple[int, int]:
         """``(offset_ns, uncertainty_ns)`` that applies to a timestamp on this host's clock."""
-        if self.constant_ns is not None:
-            return self.constant_ns, self.uncertainty_ns
         pts = self.points
-        if self.breaks and pts[0].wall_ns < ts_ns < pts[-1].wall_ns:
-            i = bisect.bisect_right(self._times, ts_ns) - 1
-            if i in self.breaks:  # the nearer measurement; a line across a jump would be fiction
-                near = pts[i] if ts_ns - pts[i].wall_ns <= pts[i + 1].wall_ns - ts_ns else pts[i + 1]
-                return near.offset_ns, near.uncertainty_ns
-        return interpolate(pts, ts_ns, self._times)
+        if not pts:
+            return 0, 0
+        j = bisect.bisect_left(self._times, ts_ns)
+        if j == 0:
+            return extrapolate(pts[0], ts_ns, self.extrapolations[0])
+        if j == len(pts):
+            return extrapolate(pts[-1], ts_ns, self.extrapolations[-1])
+        b = pts[j]
+        if b.wall_ns == ts_ns:
+            return b.offset_ns, b.uncertainty_ns
+        a = pts[j - 1]
+        if j - 1 in self.breaks:  # the nearer side's own clock; a line across a jump would be fiction
+            k = j - 1 if ts_ns - a.wall_ns <= b.wall_ns - ts_ns else j
+            return extrapolate(pts[k], ts_ns, self.extrapolations[self._segment[k]])
+        return between(a, b, ts_ns, self.allowance_ppm)
 
     def __call__(self, ts_ns: int) -> int:
+        """``ts_ns − offset_at(ts_ns)[0]``; the hot path (once per event of a drifting host)."""
         if self.constant_ns is not None:
             return ts_ns - self.constant_ns
+        j = bisect.bisect_left(self._times, ts_ns)
+        if 0 < j < len(self._times) and (not self.breaks or j - 1 not in self.breaks):
+            a_wall, a_off, d_off, dt = self._lines[j - 1]  # the same arithmetic as ``between``
+            return ts_ns - a_off - ((ts_ns - a_wall) * d_off) // dt
         return ts_ns - self.offset_at(ts_ns)[0]
 
-    def for_window(self, start_ns: int, end_ns: int) -> Correction | LinearCorrection:
-        """A faster equivalent for timestamps in ``[start_ns, end_ns]`` (one artifact's span).
+    def bound_over(self, lo_ns: int, hi_ns: int) -> int:
+        """The worst ``offset_at`` bound for timestamps in ``[lo_ns, hi_ns]`` (host clock).
 
-        An artifact usually lies between two measurements: then its correction is a constant (a
-        ``Correction`` with ``constant_ns`` set) or one straight line (``LinearCorrection``), with
-        no search per event. Both are picklable.
+        The bound grows monotonically away from the measured range and peaks in the middle of a
+        gap between two measurements, so the ends and the clipped midpoints are all it takes.
         """
-        pts = self.points
+        if not self.points:
+            return 0
+        lo, hi = min(lo_ns, hi_ns), max(lo_ns, hi_ns)
+        times = self._times
+        candidates = {lo, hi}
+        first = max(bisect.bisect_right(times, lo) - 1, 0)
+        last = min(bisect.bisect_left(times, hi), len(times) - 1)
+        for i in range(first, last):
+            mid = (times[i] + times[i + 1]) // 2
+            candidates.update(min(max(c, lo), hi) for c in (mid, mid + 1))
+        return max(self.offset_at(c)[1] for c in candidates)
+
+    def ranges(self, lo_ns: int, hi_ns: int) -> list[tuple[str, int, int, int]]:
+        """``[lo_ns, hi_ns]`` cut into ``(where, from_ns, to_ns, bound_ns)`` parts, ``where`` one of
+        ``before`` / ``measured`` / ``after`` the measured range."""
+        if self.measured_range is None or hi_ns < lo_ns:
+            return []
+        first, last = self.measured_range
+        parts = [
+            ("before", lo_ns, min(hi_ns, first - 1)),
+            ("measured", max(lo_ns, first), min(hi_ns, last)),
+            ("after", max(lo_ns, last + 1), hi_ns),
+        ]
+        return [(w, a, b, self.bound_over(a, b)) for w, a, b in parts if a <= b]
+
+    def host_time(self, placed_ns: int, *, last: bool = False) -> int:
+        """The first host-clock time this correction puts at or after ``placed_ns`` (``last``: the
+        last one at or before it): its inverse, found by bisection (the correction keeps order)."""
         if self.constant_ns is not None:
-            return self
-        if self.breaks or end_ns < start_ns or any(start_ns <= t <= end_ns for t in self._times):
-            return self
-        if end_ns < pts[0].wall_ns or start_ns > pts[-1].wall_ns:
-            p = pts[0] if end_ns < pts[0].wall_ns else pts[-1]
-            return Correction([p])
-        j = bisect.bisect_left(self._times, start_ns)
-        return LinearCorrection(pts[j - 1], pts[j])
+            return placed_ns + self.constant_ns
+        target = placed_ns + 1 if last else placed_ns
+        guess, width = placed_ns + self.offset_at(placed_ns)[0], 1024
+        lo, hi = guess - width, guess + width
+        while self(lo) >= target and width < 1 << 62:
+            width *= 8
+            lo = guess - width
+        while self(hi) < target and width < 1 << 62:
+            width *= 8
+            hi = guess + width
+        while lo < hi:  # the first time with self(time) >= target
+            mid = (lo + hi) // 2
+            if self(mid) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo - 1 if last else lo
 
 
-class LinearCorrection:
-    """The straight line between two measurements: the same integer arithmetic as ``interpolate``."""
-
-    __slots__ = ("a_off", "a_wall", "d_off", "dt", "uncertainty_ns")
-    constant_ns = None
-
-    def __init__(self, a: OffsetPoint, b: OffsetPoint) -> None:
-        self.a_wall, self.a_off = a.wall_ns, a.offset_ns
-        self.d_off, self.dt = b.offset_ns - a.offset_ns, b.wall_ns - a.wall_ns
-        self.uncertainty_ns = max(a.uncertainty_ns, b.uncertainty_ns) + 1
-
-    def __call__(self, ts_ns: int) -> int:
-        return ts_ns - (self.a_off + ((ts_ns - self.a_wall) * self.d_off) // self.dt)
-
-    def __getstate__(self) -> tuple[int, int, int, int, int]:
-        return self.a_off, self.a_wall, self.d_off, self.dt, self.uncertainty_ns
-
-    def __setstate__(self, state: tuple[int, int, int, int, int]) -> None:
-        self.a_off, self.a_wall, self.d_off, self.dt, self.uncertainty_ns = state
+def _combine_close(
+    points: list[OffsetPoint], breaks: frozenset[int]
+) -> tuple[list[OffsetPoint], frozenset[int]]:
+    """Sorted points with measurements ``too_close`` for a line combined into one (never across a
+    break), and the breaks renumbered to match: every line left changes the offset by less than
+    half the time it spans, so the correction keeps the order of events."""
+    out: list[OffsetPoint] = []
+    ends: list[int] = []  # for each point kept, the last original point it stands for
+    for i, p in enumerate(points):
+        out.append(p)
+        ends.append(i)
+        while len(out) > 1 and ends[-2] not in breaks and too_close(out[-2], out[-1]):
+            last = out.pop()
+            ends.pop()
+            out[-1], ends[-1] = combine(out[-1], last), i
+    if len(out) == len(points):
+        return out, breaks
+    return out, frozenset(k for k, e in enumerate(ends[:-1]) if e in breaks)
 
 
 IDENTITY = Correction()
+
+
+def merged_ranges(corr: Correction, spans: Iterable[tuple[int, int]]) -> dict[str, tuple[int, int, int]]:
+    """``Correction.ranges`` of several ranges, merged per part: ``{where: (from, to, worst bound)}``."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for lo, hi in spans:
+        for where, a, b, bound in corr.ranges(lo, hi):
+            old = out.get(where)
+            out[where] = (
+                (a, b, bound) if old is None else (min(old[0], a), max(old[1], b), max(old[2], bound))
+            )
+    return out
 
 
 @dataclass
@@ -206,6 +309,14 @@ class HostClock:
     fit: DriftFit | None = None
     jumps: list[tuple[int | None, WallJump, bool]] = field(default_factory=list)
     windows_known: bool = False
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Per pid, the host-clock range its data covers: the process's recorded lifetime (planning)
+    widened by the events the merge actually placed (``ClockPlan.check_placed``)."""
+
+    def cover(self, pid: int, lo_ns: int, hi_ns: int) -> None:
+        """Widen the range pid ``pid``'s data covers to include ``[lo_ns, hi_ns]``."""
+        old = self.spans.get(pid)
+        self.spans[pid] = (lo_ns, hi_ns) if old is None else (min(old[0], lo_ns), max(old[1], hi_ns))
 
     @staticmethod
     def _mark(
@@ -276,9 +387,25 @@ class HostClock:
 
     @property
     def uncertainty_ns(self) -> int | None:
+        """The worst bound over the host's data (``spans``); without any known, over its measured
+        range. It bounds every correction made for the host's data."""
         if self.method == "reference":
             return 0
-        return self.correction.uncertainty_ns if self.correction is not None else None
+        corr = self.correction
+        if corr is None:
+            return None
+        if not self.spans:
+            return corr.uncertainty_ns
+        return max(corr.bound_over(lo, hi) for lo, hi in self.spans.values())
+
+    def span_bounds(self, pid: int | None = None) -> dict[str, tuple[int, int, int]]:
+        """``{where: (from_ns, to_ns, bound_ns)}`` over the data of ``pid`` (or of every process):
+        the parts ``before``, ``measured`` and ``after`` the measured range, each with its worst
+        bound (``Correction.ranges``)."""
+        if self.correction is None or self.method == "reference":
+            return {}
+        spans = [r for p, r in self.spans.items() if pid is None or p == pid]
+        return merged_ranges(self.correction, spans)
 
     @property
     def drift_ppm(self) -> float | None:
@@ -287,7 +414,8 @@ class HostClock:
     def summary(self, *, applied: bool) -> dict[str, Any]:
         """This host's entry in the manifest's ``clock.hosts``."""
         best, fit = self.best, self.fit
-        pts = self.correction.points if self.correction is not None and self.method != "reference" else []
+        corr = self.correction if self.method != "reference" else None
+        pts = corr.points if corr is not None else []
         offsets = [p.offset_ns for p in pts]
         return {
             "method": self.method,
@@ -295,6 +423,13 @@ class HostClock:
             "offset_ns": self.offset_ns,
             "offset_at_wall_ns": best.wall_ns if best else None,
             "uncertainty_ns": self.uncertainty_ns,
+            "measured_range_ns": list(corr.measured_range) if corr and corr.measured_range else None,
+            "measured_uncertainty_ns": corr.uncertainty_ns if corr else None,
+            "ranges": [
+                {"where": where, "range_ns": [a, b], "uncertainty_ns": bound}
+                for where, (a, b, bound) in self.span_bounds().items()
+            ],
+            "extrapolation": [ex.as_dict() for ex in corr.extrapolations] if corr else [],
             "offset_range_ns": [min(offsets), max(offsets)] if offsets else None,
             "drift_ppm": self.drift_ppm,
             "drift_range_ppm": [round(fit.drift_lo_ppm, 3), round(fit.drift_hi_ppm, 3)] if fit else None,

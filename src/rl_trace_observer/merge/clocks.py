@@ -6,9 +6,10 @@ plain integer so the pass is one addition per event; anything else travels to th
 correction object itself (picklable), never as a closure.
 
 The merged trace states what was done (process labels, the JSON header's ``clock_alignment``), and
-after the workers are done :meth:`ClockChoice.check_causality` checks the corrected data against
-the structure it must have (:mod:`.clock_causality`), from the small span summaries the workers
-sent back (:mod:`.clock_probe`) — no second pass over the files.
+after the workers are done :meth:`ClockChoice.check_causality` checks where the events landed
+against the hosts' bounds there (``ClockPlan.check_placed``: outside the measured range they grow)
+and the corrected data against the structure it must have (:mod:`.clock_causality`), from the
+small span summaries the workers sent back (:mod:`.clock_probe`) — no second pass over the files.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class ClockChoice:
             return proc.label
         if all(h.method in ("reference", "unmeasured") for h in cp.hosts.values()):
             return proc.label
-        return f"{proc.label} · {cp.host_label(proc.key.host)}"
+        return f"{proc.label} · {cp.host_label(proc.key.host, proc.key.pid)}"
 
     def titles(self, plan: Plan) -> dict[int, str]:
         return {p.merged_pid: self.title(p) for p in plan.processes.values()}
@@ -87,12 +88,27 @@ class ClockChoice:
         if cp is None:
             return []
         before = len(cp.problems)
+        cp.check_placed(_placed(plan, outcomes))
         for report in _causality_reports(plan, outcomes, self, cp.tolerance_ns):
             cp.add_causality(report)
-        self.section["causality"] = dict(cp.causality)
+        self.section.update(cp.manifest_section())  # hosts' bounds now cover where events landed
         new = [_problem(p) for p in cp.problems[before:]]
         self.problems.extend(new)
         return new
+
+
+def _placed(plan: Plan, outcomes: Mapping[int, Outcome]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per owning process, the first event start and the last start or span end the workers placed
+    (merged timeline ns): where its host's correction had to hold."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for index, o in outcomes.items():
+        owner = plan.artifacts[index].info.owner
+        if owner is None or o.min_ts is None:
+            continue
+        hi = max([o.max_ts if o.max_ts is not None else o.min_ts, *(s[2] for s in o.spans)])
+        old = out.get((owner.host, owner.pid), (o.min_ts, hi))
+        out[(owner.host, owner.pid)] = (min(old[0], o.min_ts), max(old[1], hi))
+    return out
 
 
 def _problem(p: Mapping[str, Any]) -> Problem:

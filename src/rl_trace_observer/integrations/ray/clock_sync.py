@@ -9,6 +9,14 @@ needs no record from the reference process to correct a host. The reference writ
 ``method: "reference"`` entry into its own record so the merger knows which host is offset 0.
 Targets are the per-node responder actors and any per-process responders (``clock_responder``).
 
+When: at profiled step boundaries (``on_step_boundary``), and — so that a run's measurements
+bracket all its spans, which are written at every step — once at capture start
+(``on_capture_start``: in the background, after waiting for the responders to start), at unprofiled
+step boundaries when the last measurement is ``PERIODIC_S`` old (``on_step``), and once at the end
+of training (``on_training_end``: the one call that waits, at most ``END_TIMEOUT_S``, so the result
+is stored before the process goes away; also tried at exit). Outside the measured range the merger
+can only extrapolate, with a bound that grows with the distance (``merge.clock_align``).
+
 Cost control: ``on_step_boundary`` reads the clocks on the caller's thread (microseconds) and
 hands everything else to a daemon thread, so training waits neither for a record write nor for the
 network. There the exchanges run one target at a time (replies do not queue behind each other, so
@@ -17,14 +25,16 @@ Either ends within its time budget whatever happens (a busy or dead target is sk
 and everything is skipped quietly when Ray is absent or not initialised, or when capture is off.
 
 API: ``prepare()`` once before the first profiled step (starts the node responders, which take
-seconds), ``on_step_boundary(step, phase)``, ``flush()`` before collecting or ``ray.shutdown()``,
-``clock_sync()`` (the process's ``ClockSync``: ``add_target``, ``measure``, ``measure_soon``,
-``last_result``),
+seconds), ``on_capture_start()``, ``on_step_boundary(step, phase)``, ``on_step(step)``,
+``on_training_end()``, ``flush()`` before collecting or ``ray.shutdown()``, ``clock_sync()`` (the
+process's ``ClockSync``: ``add_target``, ``measure``, ``measure_soon``, ``capture_start``,
+``step_tick``, ``training_end``, ``last_result``),
 ``measure_offsets(targets, ...)``; responders are re-exported from ``clock_responder``.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
@@ -60,7 +70,10 @@ __all__ = [
     "ensure_node_responders",
     "flush",
     "measure_offsets",
+    "on_capture_start",
+    "on_step",
     "on_step_boundary",
+    "on_training_end",
     "prepare",
     "reply",
     "reset",
@@ -71,6 +84,11 @@ __all__ = [
 DEFAULT_BACKGROUND_ROUNDS = 8
 DEFAULT_BACKGROUND_BUDGET_MS = 250.0  # background rounds run one target at a time (tighter bounds)
 NODE_RESCAN_S = 60.0  # new nodes (autoscaling) get a responder within a minute
+START_WAIT_S = 30.0  # the capture-start measurement waits (in the background) for responders to start
+PERIODIC_S = 60.0  # unprofiled step boundaries measure when the last measurement is this old
+END_TIMEOUT_S = 5.0  # the end-of-training measurement holds its caller at most this long
+EXIT_TIMEOUT_S = 2.0  # the same, tried at interpreter exit when nobody called it
+START, PERIODIC, TRAINING_END = "capture_start", "periodic", "training_end"  # measurement phases
 
 
 # ---------------------------------------------------------------------- hook
@@ -109,6 +127,8 @@ class ClockSync:
         self._busy = False
         self._thread: threading.Thread | None = None
         self._stored: list[Any] = []  # record calls sent to targets and not yet seen done
+        self._requested_ns = -(1 << 62)  # monotonic time of the last measurement queued
+        self.started = self.finished = False
 
     def add_target(self, handle: Any, responder: str = "process") -> None:
         """Also measure this actor (it must offer ``rl_trace_clock_ping``/``_record``)."""
@@ -207,6 +227,7 @@ class ClockSync:
         False), so a step's ``end`` is still measured right after a slow ``begin`` measurement.
         """
         with self._cv:
+            self._requested_ns = time.monotonic_ns()
             if snap is not None:
                 self._snaps.append(snap)
             replaced = self._pending is not None
@@ -217,6 +238,39 @@ class ClockSync:
                 self._thread.start()
             self._cv.notify_all()
         return not replaced
+
+    @property
+    def used(self) -> bool:
+        """Whether this process measured, or asked to, at all (else it has no run to bracket)."""
+        return self.started or self._marked or self._pending is not None
+
+    def capture_start(self) -> bool:
+        """Once: queue a measurement that first waits (on the background thread, at most
+        ``START_WAIT_S``) for the targets to answer — node responders take seconds to start.
+        Never waits itself; False when already done."""
+        if self.started:
+            return False
+        self.started = True
+        return self.measure_soon(phase=START)
+
+    def step_tick(self, step: int | None = None, interval_s: float = PERIODIC_S) -> bool:
+        """At an unprofiled step boundary: queue a measurement when none was queued for
+        ``interval_s`` (a monotonic clock read otherwise). Never waits."""
+        if time.monotonic_ns() - self._requested_ns < interval_s * 1e9:
+            return False
+        return self.measure_soon(step=step, phase=PERIODIC)
+
+    def training_end(self, timeout_s: float = END_TIMEOUT_S) -> bool:
+        """Once: measure again and wait, at most ``timeout_s``, until every target stored it (the
+        spans written since the last measurement are then inside the measured range). True when
+        all was stored in time; nothing (False) in a process that never measured."""
+        if self.finished or not self.used:
+            return self.finished
+        self.finished = True
+        deadline = time.monotonic() + timeout_s
+        self.measure_soon(phase=TRAINING_END)
+        idle = self.wait_idle(timeout_s)
+        return self.wait_stored(max(0.0, deadline - time.monotonic())) and idle
 
     def _worker(self) -> None:
         while True:
@@ -231,6 +285,8 @@ class ClockSync:
                 for snap in snaps:  # readings from the training thread, stored (a record write) here
                     self.recorder.clock_snapshot(**snap)
                 if request is not None:
+                    if request[1] == START:
+                        self.prepare(START_WAIT_S)
                     self.measure(
                         *request,
                         rounds=self.background_rounds,
@@ -276,6 +332,7 @@ class ClockSync:
 
 
 _SYNC: ClockSync | None = None
+_AT_EXIT = False
 
 
 def _ray_ready() -> bool:
@@ -288,13 +345,27 @@ def _ray_ready() -> bool:
 
 def clock_sync() -> ClockSync | None:
     """This process's reference-side state, created on first use; ``None`` without Ray or capture."""
-    global _SYNC
+    global _SYNC, _AT_EXIT
     rec = get_recorder()
     if rec is None or not _ray_ready():
         return None
     if _SYNC is None or _SYNC.recorder is not rec:
         _SYNC = ClockSync(rec)
+        if not _AT_EXIT:
+            _AT_EXIT = True
+            atexit.register(_at_exit)  # registered after ray.init's handler, so it runs first
     return _SYNC
+
+
+def _at_exit() -> None:
+    """The end-of-training measurement, when nobody asked for it (a loop without our VERL hooks)."""
+    sync = _SYNC
+    if sync is None or sync.finished or not sync.used or not _ray_ready():
+        return
+    try:
+        sync.training_end(EXIT_TIMEOUT_S)
+    except Exception:  # at exit nothing can be done about it, and nothing must be raised
+        pass
 
 
 def on_step_boundary(step: int | None, phase: str, *, wait: bool = False) -> MeasureResult | None:
@@ -320,6 +391,49 @@ def on_step_boundary(step: int | None, phase: str, *, wait: bool = False) -> Mea
     except Exception as exc:
         rec.warn_once("clock_sync", f"clock offset measurement skipped: {exc}")
     return None
+
+
+def on_capture_start() -> None:
+    """When capture starts in the process that measures (VERL: the trainer's ``fit``): queue the
+    first measurement (``ClockSync.capture_start``). Never blocks or raises; once per process."""
+    rec = get_recorder()
+    if rec is None:
+        return
+    try:
+        sync = clock_sync()
+        if sync is not None:
+            sync.capture_start()
+    except Exception as exc:
+        rec.warn_once("clock_sync", f"clock offset measurement skipped: {exc}")
+
+
+def on_step(step: int | None) -> None:
+    """At a step boundary that is not profiled: measure when the last measurement is ``PERIODIC_S``
+    old (``ClockSync.step_tick``), in the background. Never blocks or raises."""
+    rec = get_recorder()
+    if rec is None:
+        return
+    try:
+        sync = clock_sync()
+        if sync is not None:
+            sync.step_tick(step)
+    except Exception as exc:
+        rec.warn_once("clock_sync", f"clock offset measurement skipped: {exc}")
+
+
+def on_training_end(timeout_s: float = END_TIMEOUT_S) -> bool:
+    """At the end of training (VERL: when ``fit`` returns or raises): measure once more and wait at
+    most ``timeout_s`` for the targets to store it (``ClockSync.training_end``). Never raises;
+    False when nothing could be measured or stored in time."""
+    rec = get_recorder()
+    if rec is None:
+        return False
+    try:
+        sync = clock_sync()
+        return sync.training_end(timeout_s) if sync is not None else False
+    except Exception as exc:
+        rec.warn_once("clock_sync", f"clock offset measurement skipped: {exc}")
+        return False
 
 
 def flush(timeout_s: float = 5.0) -> bool:

@@ -18,6 +18,13 @@ The names are private, so :mod:`.contract` checks them when ``verl.trainer.ppo.v
 on a mismatch one error names the VERL version and the feature stays off. Installed only when
 capture is on (``RL_TRACE_OUTPUT_DIR``). At profiled step boundaries the process record gets a
 clock snapshot (and, when available, the Ray clock-sync measurement).
+
+Clock offsets are also measured where no profiler runs, so that measurements bracket every span
+(spans are written at every step): ``PPOTrainer.fit`` is wrapped too (the same contract) — its
+start queues a measurement in the background (``on_capture_start``; before the validation that
+``fit`` runs first) and its end, however it ends, measures once more and waits at most a few
+seconds for the result to be stored (``on_training_end``); unprofiled step boundaries measure in
+the background when the last measurement is a minute old (``on_step``).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ TARGET_MODULE = "verl.trainer.ppo.v1"  # the package: all trainer modes are regi
 _patches = PatchSet()
 _lock = threading.Lock()
 _open: weakref.WeakKeyDictionary[Any, _OpenStep] = weakref.WeakKeyDictionary()
-_state: dict[str, Any] = {"requested": False, "installed": False, "clock_hook": None, "role_set": False}
+_state: dict[str, Any] = {"requested": False, "installed": False, "clock_hooks": {}, "role_set": False}
 
 
 @dataclass
@@ -57,18 +64,18 @@ class _OpenStep:
     profiled: bool
 
 
-def _clock_hook() -> Callable[[int | None, str], Any] | None:
-    """``integrations.ray.clock_sync.on_step_boundary`` when that module exists, else None."""
-    hook = _state["clock_hook"]
-    if hook is None:
+def _clock_hook(name: str = "on_step_boundary") -> Callable[..., Any] | None:
+    """A function of ``integrations.ray.clock_sync`` when that module exists, else None."""
+    hooks: dict[str, Any] = _state["clock_hooks"]
+    if name not in hooks:
         try:
-            from ..ray.clock_sync import on_step_boundary
+            from ..ray import clock_sync
 
-            hook = on_step_boundary
+            hooks[name] = getattr(clock_sync, name)
         except Exception:
-            hook = False
-        _state["clock_hook"] = hook
-    return hook or None
+            hooks[name] = None
+    hook: Callable[..., Any] | None = hooks[name]
+    return hook
 
 
 def _boundary(step: int | None, phase: str) -> None:
@@ -80,6 +87,13 @@ def _boundary(step: int | None, phase: str) -> None:
     rec = get_recorder()
     if rec is not None:
         rec.clock_snapshot(f"step_{phase}", step=step)
+
+
+def _clock(name: str, *args: Any) -> None:
+    """``on_capture_start`` / ``on_step`` / ``on_training_end``, when clock sync is there."""
+    hook = _clock_hook(name)
+    if hook is not None:
+        hook(*args)  # never raises; does nothing without capture or Ray
 
 
 def _as_int(value: Any) -> int | None:
@@ -106,6 +120,8 @@ def _begin(trainer: Any) -> None:
         _open[trainer] = opened
     if opened.profiled:
         _boundary(opened.step, "begin")
+    else:
+        _clock("on_step", opened.step)
 
 
 def _end(trainer: Any) -> None:
@@ -159,6 +175,24 @@ def _wrap_stop(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return _stop_profiling
 
 
+def _wrap_fit(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _clock("on_capture_start")
+        except Exception as exc:
+            _warn("fit begin", exc)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                _clock("on_training_end")
+            except Exception as exc:
+                _warn("fit end", exc)
+
+    return fit
+
+
 def _install_on(package: ModuleType) -> None:
     """Post-import hook for ``verl.trainer.ppo.v1``: check the contract, then wrap the base class."""
     import importlib
@@ -173,17 +207,18 @@ def _install_on(package: ModuleType) -> None:
     overriding = [
         name
         for name, cls in dict(base.TRAINER_REGISTRY).items()
-        if "_start_profiling" in vars(cls) or "_stop_profiling" in vars(cls)
+        if {"_start_profiling", "_stop_profiling", "fit"} & set(vars(cls))
     ]
     if overriding:
         log.warning(
-            "[rl-trace-observer] trainer modes %s override _start/_stop_profiling; their steps get no "
-            "global_step marker unless they call super()",
+            "[rl-trace-observer] trainer modes %s override fit or _start/_stop_profiling; their steps "
+            "get no global_step marker (or clock measurement) unless they call super()",
             overriding,
         )
     with _lock:
         _patches.apply(trainer_cls, "_start_profiling", _wrap_start(vars(trainer_cls)["_start_profiling"]))
         _patches.apply(trainer_cls, "_stop_profiling", _wrap_stop(vars(trainer_cls)["_stop_profiling"]))
+        _patches.apply(trainer_cls, "fit", _wrap_fit(vars(trainer_cls)["fit"]))
         _state["installed"] = True
 
 
