@@ -10,7 +10,7 @@ What it writes, per host ``OUT/<host>/`` (every file streamed to disk; memory st
   VERL's DistProfiler: ``verl_profile/actor_train_step{N}_rank{R}_pid{PID}_{stamp}.json.gz``; and a
   VizTracer report per step (``viztracer/``).
 - rollout replicas: TokenSpeed scheduler ranks (VizTracer + Proton ``chrome_trace`` with reused launch ids
-  and an injected Proton clock error) from :mod:`rl_trace_observer.integrations.tokenspeed.synthetic`,
+  and an injected Proton clock error) from :mod:`rl_trace_observer.testing.tokenspeed`,
   under ``verl_profile/agent_loop_rollout_replica_{r}/``.
 - every process (driver, actors, rollout servers): an RL-Insight event log and a process record, written
   by the real capture layer (:class:`rl_trace_observer.capture.Recorder`) with a simulated clock, with
@@ -38,7 +38,7 @@ import orjson
 
 from rl_trace_observer import config as config_mod
 from rl_trace_observer.capture import Recorder
-from rl_trace_observer.integrations.tokenspeed.synthetic import TokenSpeedSpec, write_rank
+from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_rank
 
 T0_NS = 1_767_258_000_000_000_000  # 2026-01-01T09:00:00Z
 KINETO_BASE_PERIOD_NS = 90 * 86_400 * 10**9  # torch floors baseTimeNanoseconds to a ~3-month boundary

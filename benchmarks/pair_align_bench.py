@@ -6,7 +6,7 @@
 Generates a TokenSpeed run (synthetic VizTracer + Proton per scheduler rank, Proton clock off by
 ``--offsets-us`` cycled over ranks, optional drift) unless ``--run`` names a directory to search (e.g.
 one written by ``benchmarks/gen_run.py``). For every Proton file it pairs the VizTracer flow starts
-with the Proton scopes (``scope_id``), aligns the Proton file (``merge.pair_align``) and counts the
+with the Proton scopes (``scope_id``), aligns the Proton file (``merge.clock.pairs``) and counts the
 ``viztracer->proton`` flows a viewer keeps: those whose end (the Proton scope) is later than their
 start. A tie counts as lost: Perfetto then keeps the flow only if the start comes first in the file.
 
@@ -31,9 +31,9 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from rl_trace_observer.integrations.tokenspeed.synthetic import TokenSpeedSpec, write_profile  # noqa: E402
-from rl_trace_observer.merge.pair_align import align_pairs  # noqa: E402
-from rl_trace_observer.merge.pair_extract import scan_viztracer_scope_starts, tokenspeed_pairs  # noqa: E402
+from rl_trace_observer.merge.clock.pair_events import scan_viztracer_scope_starts, tokenspeed_pairs  # noqa: E402
+from rl_trace_observer.merge.clock.pairs import align_pairs  # noqa: E402
+from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_profile  # noqa: E402
 
 _STEM = re.compile(r"^(?P<stem>.+?)\.(?P<what>proton|viztracer)(?:\.part_\d+)?\.(?:chrome_trace|json)$")
 
@@ -123,7 +123,7 @@ def perfetto_check(ranks: list[Any], work: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from tests.test_pair_align_perfetto import FLOW_STATS, SCOPE_FLOWS, align_rank, write_merged
 
-    from rl_trace_observer.analysis import perfetto_engine as pe
+    from rl_trace_observer.analysis.perfetto import engine as pe
 
     reason = pe.unavailable_reason()
     if reason:

@@ -26,8 +26,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 import gen_run
-from rl_trace_observer.integrations.tokenspeed.synthetic import TokenSpeedSpec, write_rank
 from rl_trace_observer.merge.writers.pftrace import PftraceWriter
+from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_rank
 
 
 def _normalise(path: Path, base_key: str, pid_offset: int) -> list[dict[str, Any]]:

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.capture.clock_sync import OffsetPoint
-from rl_trace_observer.merge.clock_align import IDENTITY, plan
-from rl_trace_observer.merge.clock_causality import (
+from rl_trace_observer.merge.clock.causality import (
     MAX_DETAILED,
     check_durations,
     check_nesting,
     check_stage_alignment,
 )
-from rl_trace_observer.merge.clock_model import Correction
+from rl_trace_observer.merge.clock.hosts import IDENTITY, plan
+from rl_trace_observer.merge.clock.model import Correction
 
 from .conftest import clean_env, run_python
 
@@ -282,7 +282,7 @@ def test_reference_known_only_from_measurements_and_per_process_clocks() -> None
 
 def test_merge_side_imports_no_framework() -> None:
     code = (
-        "import sys, rl_trace_observer.merge.clock_align, rl_trace_observer.merge.clock_causality\n"
+        "import sys, rl_trace_observer.merge.clock.hosts, rl_trace_observer.merge.clock.causality\n"
         "bad = [m for m in ('ray', 'torch', 'verl') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

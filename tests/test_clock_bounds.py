@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from rl_trace_observer.capture import Recorder
 from rl_trace_observer.capture.clock_sync import estimate_offset
 from rl_trace_observer.config import Config
-from rl_trace_observer.merge.clock_align import ClockPlan, plan
+from rl_trace_observer.merge.clock.hosts import ClockPlan, plan
 
 from .conftest import merge_cli
 from .test_clock_estimator import T_BASE, TrueClock, exchange

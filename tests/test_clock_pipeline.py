@@ -21,7 +21,8 @@ from rl_trace_observer.capture import Recorder
 from rl_trace_observer.capture.recorder import expected_event_log
 from rl_trace_observer.config import Config
 from rl_trace_observer.integrations.ray.collect_expect import node_missing
-from rl_trace_observer.merge.pipeline import MergeOptions, merge
+from rl_trace_observer.merge.options import MergeOptions
+from rl_trace_observer.merge.pipeline import merge
 
 from .conftest import merge_cli
 

@@ -24,7 +24,7 @@ from rl_trace_observer.capture.clock import SYSTEM_CLOCK, ShiftedClock  # noqa: 
 from rl_trace_observer.capture.recorder import Recorder  # noqa: E402
 from rl_trace_observer.config import Config  # noqa: E402
 from rl_trace_observer.integrations.ray import clock_sync as rcs  # noqa: E402
-from rl_trace_observer.merge.clock_align import plan  # noqa: E402
+from rl_trace_observer.merge.clock.hosts import plan  # noqa: E402
 
 from .conftest import clean_env, run_python  # noqa: E402
 
@@ -182,7 +182,7 @@ def _perfetto_alignment(
     tmp: Path, spans: dict[str, int], fix_c: Any, fix_b: Any, real: int, bound: int
 ) -> None:
     """The corrected spans, written as Chrome JSON, line up in the real Perfetto engine."""
-    from rl_trace_observer.analysis import perfetto_engine
+    from rl_trace_observer.analysis.perfetto import engine as perfetto_engine
 
     reason = perfetto_engine.unavailable_reason()
     if reason:

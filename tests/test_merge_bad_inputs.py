@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from rl_trace_observer.merge.pipeline import MergeOptions, merge
+from rl_trace_observer.merge.options import MergeOptions
+from rl_trace_observer.merge.pipeline import merge
 
 from .corpus.recorded import record_process
 

@@ -13,7 +13,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from rl_trace_observer.merge.pipeline import MergeOptions, merge
+from rl_trace_observer.merge.options import MergeOptions
+from rl_trace_observer.merge.pipeline import merge
 
 from .conftest import merge_cli
 from .corpus.recorded import record_process

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.merge.model import us_to_ns
-from rl_trace_observer.merge.pipeline import MergeOptions, merge
+from rl_trace_observer.merge.options import MergeOptions
+from rl_trace_observer.merge.pipeline import merge
 from rl_trace_observer.merge.readers import reader_for
 from rl_trace_observer.merge.readers.base import ReadContext
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.merge.pipeline import merge
+from rl_trace_observer.merge.plan.sources import HEAD_BYTES, discover, read_head
 from rl_trace_observer.merge.readers import sniff
-from rl_trace_observer.merge.sources import HEAD_BYTES, discover, read_head
 
 T0_NS = 1_760_000_000_000_000_000
 _KINETO_KEYS = ("schemaVersion", "deviceProperties", "baseTimeNanoseconds", "traceName", "metadata")

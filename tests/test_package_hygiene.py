@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -81,3 +82,86 @@ def test_config_reads_valid_values() -> None:
     assert cfg.capture_enabled and cfg.forward_to_rl_insight and cfg.viztracer
     assert cfg.viztracer_min_duration_us == 250.0 and cfg.viztracer_roles == ("e2e", "actor")
     assert cfg.problems == ()
+
+
+# ------------------------------------------------------------------------ the shape of the house
+SRC = ROOT / "src"
+# Who may import whom: a package imports only packages of its own rank or lower (and never its peers
+# across a rank: integrations and testing never import merge).
+LAYERS = {
+    "rl_trace_observer": 0,  # the package root (version) and config: one place for settings
+    "config": 0,
+    "capture": 1,  # in-process, stdlib + orjson
+    "integrations": 2,  # one folder per framework, imported lazily
+    "testing": 2,  # synthetic files in real wire formats, for tests and benchmarks
+    "merge": 3,  # readers → one timeline model → writers
+    "analysis": 4,  # report, Perfetto engine harness
+    "demo": 5,
+    "cli": 6,
+}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the modules it imports (top level, in functions and under TYPE_CHECKING alike)."""
+    files = {}
+    for path in (SRC / "rl_trace_observer").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        files[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_pkg) in files.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                if node.level > 1:
+                    base = base[: len(base) - node.level + 1]
+                target = (
+                    ".".join([*base, node.module] if node.module else base) if node.level else node.module
+                )
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    deps.add(full if full in files else str(target))
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[module] = {d for d in deps if d in files and d != module}
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    graph = _import_graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = [*path[path.index(module) :], module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_layers_only_import_downwards() -> None:
+    wrong = []
+    for module, deps in _import_graph().items():
+        mine = module.split(".")[1] if "." in module else "rl_trace_observer"
+        for dep in deps:
+            theirs = dep.split(".")[1] if "." in dep else "rl_trace_observer"
+            if theirs != mine and LAYERS[theirs] >= LAYERS[mine] and LAYERS[mine] > 0:
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, wrong
+
+
+def test_modules_stay_small() -> None:
+    """A module over ~500 lines is two modules."""
+    big = [
+        f"{p.relative_to(SRC)}: {n}"
+        for p in (SRC / "rl_trace_observer").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 520
+    ]
+    assert not big, big

@@ -19,9 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.capture.clock_sync import OffsetPoint
-from rl_trace_observer.integrations.tokenspeed.synthetic import TokenSpeedSpec, write_profile
-from rl_trace_observer.merge.clock_model import Correction
-from rl_trace_observer.merge.pair_align import (
+from rl_trace_observer.merge.clock.model import Correction
+from rl_trace_observer.merge.clock.pair_events import (
+    match_keyed,
+    proton_scope_starts,
+    scan_viztracer_scope_starts,
+    stage_pairs,
+    tokenspeed_pairs,
+    viztracer_scope_starts,
+)
+from rl_trace_observer.merge.clock.pairs import (
     AFTER,
     BEFORE,
     MIN_DRIFT_PAIRS,
@@ -30,14 +37,7 @@ from rl_trace_observer.merge.pair_align import (
     align_pairs,
     chain,
 )
-from rl_trace_observer.merge.pair_extract import (
-    match_keyed,
-    proton_scope_starts,
-    scan_viztracer_scope_starts,
-    stage_pairs,
-    tokenspeed_pairs,
-    viztracer_scope_starts,
-)
+from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_profile
 
 from .conftest import clean_env, run_python
 
@@ -482,8 +482,8 @@ def test_min_drift_pairs_is_respected() -> None:
 def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
     from msgspec import Raw
 
+    from rl_trace_observer.merge.clock.pair_apply import proton_scope_starts_of
     from rl_trace_observer.merge.model import Event
-    from rl_trace_observer.merge.pair_pipeline import proton_scope_starts_of
 
     def events(ts: list[float | int]) -> list[Event]:
         return [
@@ -504,8 +504,8 @@ def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
 
 
 def test_glue_converts_stage_events_for_stage_pairs() -> None:
+    from rl_trace_observer.merge.clock.pair_apply import as_span_dicts
     from rl_trace_observer.merge.model import Event
-    from rl_trace_observer.merge.pair_pipeline import as_span_dicts
 
     torch_events = [
         Event(ph="X", cat="user_annotation", name="actor_update", ts=10.5, dur=80.25),
@@ -523,8 +523,8 @@ def test_glue_converts_stage_events_for_stage_pairs() -> None:
 
 
 def test_glue_stacks_the_pair_correction_under_the_host_correction() -> None:
-    from rl_trace_observer.merge.pair_pipeline import stack
-    from rl_trace_observer.merge.passes import IDENTITY, TimeCorrection
+    from rl_trace_observer.merge.clock.pair_apply import stack
+    from rl_trace_observer.merge.transform.passes import IDENTITY, TimeCorrection
 
     host_const = TimeCorrection(offset_ns=-3 * MS, method="aligned")  # host 3 ms ahead: subtract it
     host_line = TimeCorrection(

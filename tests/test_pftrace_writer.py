@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis import perfetto_engine as pe
+from rl_trace_observer.analysis.perfetto import engine as pe
 from rl_trace_observer.merge.writers import _pbwire as wire
 from rl_trace_observer.merge.writers.pftrace import PftraceWriter, stable_id, write_pftrace
 

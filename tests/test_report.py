@@ -21,12 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis import report_intervals as iv
-from rl_trace_observer.analysis.report import SCHEMA, build_summary
-from rl_trace_observer.analysis.report_input import artifacts_section, clock_section
-from rl_trace_observer.analysis.report_load import TraceError, load_trace, split_labels
-from rl_trace_observer.analysis.report_output import summarize, write_outputs
-from rl_trace_observer.analysis.report_stages import CATEGORIES, STAGE_TABLE, classify
+from rl_trace_observer.analysis.report import intervals as iv
+from rl_trace_observer.analysis.report.compute import SCHEMA, build_summary
+from rl_trace_observer.analysis.report.inputs import artifacts_section, clock_section
+from rl_trace_observer.analysis.report.load import TraceError, load_trace, split_labels
+from rl_trace_observer.analysis.report.output import summarize, write_outputs
+from rl_trace_observer.analysis.report.stages import CATEGORIES, STAGE_TABLE, classify
 
 MS = 1_000_000  # ns
 T0_US = 5_000_000.001  # an offset that makes float sums inexact
@@ -610,7 +610,7 @@ def test_terminal_output_prints_names_verbatim(tmp_path: Path) -> None:
     """Rich markup in a span name is text, not styling."""
     from rich.console import Console
 
-    from rl_trace_observer.analysis.report_terminal import render
+    from rl_trace_observer.analysis.report.terminal import render
 
     ev = fixture_events()
     ev.append(

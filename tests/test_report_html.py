@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from rl_trace_observer.analysis.report_output import summarize, write_outputs
+from rl_trace_observer.analysis.report.output import summarize, write_outputs
 
 from .test_report import XSS, fixture_manifest, write_fixture
 
-browser_mod = pytest.importorskip("rl_trace_observer.analysis._perfetto_browser")
+browser_mod = pytest.importorskip("rl_trace_observer.analysis.perfetto.browser")
 
 
 class Page:

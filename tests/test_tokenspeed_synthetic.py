@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis import perfetto_engine as pe
-from rl_trace_observer.integrations.tokenspeed.synthetic import (
+from rl_trace_observer.analysis.perfetto import engine as pe
+from rl_trace_observer.testing.tokenspeed import (
     GPU_LANE_BASE,
     MIN_DURATION_US,
     RankFiles,

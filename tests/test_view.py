@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_trace_observer.analysis.report_serve import (
+from rl_trace_observer.analysis.view_server import (
     PERFETTO_ORIGIN,
     TraceFileServer,
     deep_link,

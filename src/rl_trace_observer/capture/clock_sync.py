@@ -1,7 +1,7 @@
 """How far apart two wall clocks are, with a bound that holds: the pure estimator behind clock sync.
 
 Nothing here reads a clock or talks to anything; it turns numbers into estimates, so the same code
-runs inside training (``integrations.ray.clock_sync``), in the merger (``merge.clock_align``) and
+runs inside training (``integrations.ray.clock_sync``), in the merger (``merge.clock.hosts``) and
 under hypothesis tests.
 
 Sign convention, everywhere: ``offset_ns = remote_wall − reference_wall`` at the same instant, so a

@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run a small PPO-shaped DEMO WORKLOAD on a local Ray cluster, then collect, merge and report."""
-        from ..analysis.report_terminal import render
+        from ..analysis.report.terminal import render
         from ..demo.model import DemoConfig
         from ..demo.run import default_out_dir, run_demo
 

@@ -25,7 +25,7 @@ def _progress() -> tuple[Any, Any]:
 
 
 def _report(results: list[Any]) -> int:
-    from ..merge.manifest import problem_summary, why_nothing
+    from ..merge.manifest.document import problem_summary, why_nothing
 
     code = 0
     for res in results:
@@ -81,8 +81,9 @@ def register(app: typer.Typer) -> None:
         workers: int | None = typer.Option(None, "--workers", min=0, help="Worker processes [2]; 0: none."),
     ) -> None:
         """Merge RL-Insight logs, Torch/Kineto, VizTracer and TokenSpeed/Proton traces into one timeline."""
-        from ..merge.pipeline import MergeOptions, UsageError, merge, merge_steps
-        from ..merge.selection import parse_steps, parse_time_window
+        from ..merge.options import MergeOptions, UsageError
+        from ..merge.pipeline import merge, merge_steps
+        from ..merge.plan.selection import parse_steps, parse_time_window
 
         try:
             opts = MergeOptions(

@@ -1,5 +1,5 @@
 """``rl-trace report INPUT``: where each step's time went, as tables, HTML and JSON (a thin shell over
-:mod:`rl_trace_observer.analysis.report_output`)."""
+:mod:`rl_trace_observer.analysis.report.output`)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ def register(app: typer.Typer) -> None:
         """Where each step's time went: per role and rank, overlap, stragglers, metrics, clock, artifacts."""
         from rich.console import Console
 
-        from ..analysis.report_input import InputError
-        from ..analysis.report_load import TraceError
-        from ..analysis.report_output import summarize, write_outputs
-        from ..analysis.report_terminal import render
+        from ..analysis.report.inputs import InputError
+        from ..analysis.report.load import TraceError
+        from ..analysis.report.output import summarize, write_outputs
+        from ..analysis.report.terminal import render
 
         try:
             summary = summarize(input, manifest=manifest)

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Serve TRACE on 127.0.0.1 only and print the Perfetto UI link (and the offline viewer)."""
-        from ..analysis.report_serve import TraceFileServer, deep_link, vizviewer_command
+        from ..analysis.view_server import TraceFileServer, deep_link, vizviewer_command
 
         trace = Path(trace_arg)
         if not trace.is_file():

@@ -146,8 +146,8 @@ def run_workload(cfg: DemoConfig, out: DemoOutputs, progress: Progress) -> None:
 
 def merge_and_report(out: DemoOutputs, progress: Progress) -> None:
     """Step 4: both merged traces (+ manifests) and the report."""
-    from ..analysis import report_input
-    from ..analysis.report_output import summarize, write_outputs
+    from ..analysis.report import inputs as report_input
+    from ..analysis.report.output import summarize, write_outputs
 
     t0 = time.monotonic()
     progress("merging into one Perfetto trace (.pftrace and .json.gz)")

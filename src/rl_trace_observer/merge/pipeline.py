@@ -7,67 +7,24 @@ manifest are written atomically; the manifest is written even when the merge fai
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .execute import NothingUsable, run_all
-from .manifest import manifest_path_for, new_manifest, set_problems, write_manifest
+from .manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
+from .manifest.fill import fill_manifest
 from .model import Problem, Rebase
-from .planning import Plan, apply_records_to_artifacts, order_processes, plan_sources
-from .report import fill_manifest
-from .selection import Selection, select, window_ns
-from .sources import InputError, discover
+from .options import MergeOptions, MergeResult, UsageError, output_format, step_output
+from .plan.build import apply_records_to_artifacts, order_processes, plan_sources
+from .plan.plan import Plan
+from .plan.selection import Selection, select, window_ns
+from .plan.sources import InputError, discover
+from .run.execute import NothingUsable, run_all
 
-FORMATS = {".pftrace": "pftrace", ".pftrace.gz": "pftrace.gz", ".json.gz": "json.gz", ".json": "json"}
+__all__ = ["MergeOptions", "MergeResult", "UsageError", "merge", "merge_steps"]
+
 _MAX_REBASES = 3
-
-
-class UsageError(ValueError):
-    """Bad arguments: exit code 2, nothing written."""
-
-
-@dataclass
-class MergeOptions:
-    run: str | None = None
-    steps: tuple[tuple[int, int], ...] = ()
-    roles: tuple[str, ...] = ()
-    time_window: tuple[float | None, float | None] | None = None  # seconds; see selection.window_ns
-    min_duration_us: float = 0.0
-    strict: bool = False
-    workers: int | None = None  # None: 2 (or in-process for small merges); 0: in-process
-    manifest: str | None = None
-    clock_mode: str = "auto"  # auto | aligned | wall (see merge.clock_align)
-    clock_tolerance_us: float = 1000.0
-    progress: Callable[[int, int], None] | None = field(default=None, repr=False)
-
-
-@dataclass
-class MergeResult:
-    output: str
-    manifest_path: str
-    manifest: dict[str, Any]
-    exit_code: int
-    problems: list[Problem]
-
-    @property
-    def written(self) -> bool:
-        return bool(self.manifest["output"]["written"])
-
-    @property
-    def usable(self) -> bool:
-        """Written with at least one event (a merge that kept nothing leaves the output untouched)."""
-        return self.written and self.manifest.get("counts", {}).get("events_kept", 0) > 0
-
-
-def output_format(output: str) -> str:
-    for suffix, fmt in FORMATS.items():
-        if output.endswith(suffix):
-            return fmt
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
 
 
 def _options_dict(opts: MergeOptions) -> dict[str, Any]:
@@ -122,7 +79,7 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
 
 
 def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, manifest: dict[str, Any]) -> Any:
-    from .clocks import clock_plan
+    from .clock.choice import clock_plan
 
     clock = clock_plan(plan, opts.clock_mode, opts.clock_tolerance_us)
     plan.problems.extend(clock.problems)
@@ -178,18 +135,6 @@ def _base_hint(plan: Plan) -> int:
     hints += [lo for lo, _ in plan.step_windows.values()]
     hints = [h for h in hints if isinstance(h, int) and h > 0]
     return _floor_s(min(hints)) if hints else 1 << 62  # no hint: the first job tells (a rebase)
-
-
-def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
-
-
-def step_output(output: str, step: int) -> str:
-    """``run.json.gz`` → ``run.step3.json.gz``."""
-    for suffix in FORMATS:
-        if output.endswith(suffix):
-            return f"{output[: -len(suffix)]}.step{step}{suffix}"
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
 
 
 def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = None) -> list[MergeResult]:

@@ -15,7 +15,7 @@ bracket all its spans, which are written at every step — once at capture start
 step boundaries when the last measurement is ``PERIODIC_S`` old (``on_step``), and once at the end
 of training (``on_training_end``: the one call that waits, at most ``END_TIMEOUT_S``, so the result
 is stored before the process goes away; also tried at exit). Outside the measured range the merger
-can only extrapolate, with a bound that grows with the distance (``merge.clock_align``).
+can only extrapolate, with a bound that grows with the distance (``merge.clock.hosts``).
 
 Cost control: ``on_step_boundary`` reads the clocks on the caller's thread (microseconds) and
 hands everything else to a daemon thread, so training waits neither for a record write nor for the
@@ -43,12 +43,7 @@ from typing import Any
 from ...capture import get_recorder
 from ...capture.clock import snapshot
 from ...capture.recorder import Recorder
-from .clock_measure import (
-    DEFAULT_BUDGET_MS,
-    DEFAULT_ROUNDS,
-    MeasureResult,
-    measure_offsets,
-)
+from .clock_measure import DEFAULT_BUDGET_MS, DEFAULT_ROUNDS, MeasureResult, measure_offsets
 from .clock_responder import (
     NAMESPACE,
     PING,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..sources import Head, with_tail
+from ..plan.sources import Head, with_tail
 from .base import ReadContext, Reader, ReadResult
 from .kineto import KinetoReader
 from .process_record import OwnOutputReader, ProcessRecordReader

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..model import Event, Problem
-from ..sources import Head
+from ..plan.sources import Head
 
 SourcePid = int | str
 

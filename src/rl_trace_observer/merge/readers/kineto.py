@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..model import Problem
-from ..sources import Head
+from ..plan.sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ..model import Problem
-from ..sources import Head
+from ..plan.sources import Head
 from .base import ReadContext, ReadResult, SourcePid
 
 RECORD_SCHEMA_PREFIX = "rl-trace-process/"

@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ..model import Event, Problem
-from ..sources import Head
+from ..plan.sources import Head
 from .base import ReadContext, ReadResult, SourcePid
 from .chrome_json import KNOWN_PHASES, MAX_TS_NS, gc_paused
 

@@ -19,7 +19,7 @@ from msgspec import UNSET
 
 from ..compress import GzipMember, deflate_piece, write_any_piece
 from ..model import Event
-from ..spill import Spilled
+from .spill import Spilled
 
 PIECE_EVENTS = 65536
 _ENCODER = msgspec.json.Encoder()

@@ -1,0 +1,404 @@
+"""Where each step's time went: the report's numbers, computed once into a versioned JSON summary.
+
+Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
+``rl-trace-report/1``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
+all present, so the three never disagree. All durations are exact integer nanoseconds on the
+merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
+
+Definitions:
+
+- **stage spans**: RL-Insight state spans and step markers (category ``rl_insight*``/``verl``, or an
+  ``args.state_lane_id``). A trace without any falls back to spans whose *names* the stage table
+  knows. Profiler spans (Torch, VizTracer, Proton) are for Perfetto, not for this breakdown.
+- **who**: ``(role, lane)`` — the process's role from the merged process name or args, and the
+  RL-Insight lane (``rank_0``, ``replica_1``; else the thread name).
+- **step windows**: step-marker spans (:mod:`.stages`), overlapping ones joined; step numbers
+  from their ``step`` argument, else 1, 2, … . No markers: one window over every stage span.
+- per step and who: time in each category = the window-clipped union of that who's spans of that
+  category; **idle** (the bubbles) = window length − union of all its work.
+- **overlap**: window-clipped unions over all whos of generation (G) and training (log-prob ∪
+  update, T): ``generation_only`` = |G∖T|, ``training_only`` = |T∖G|, ``both`` = |G∩T|, ``neither``.
+- **stragglers**: per step, role and stage name with ≥2 lanes: the slowest lane, the median, the lag.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from . import intervals as iv
+from .load import Span, TraceData
+from .stages import (
+    CATEGORIES,
+    IDLE,
+    ROLLOUT_CATEGORIES,
+    STAGE_TABLE,
+    STEP,
+    TRAINING_CATEGORIES,
+    WORK_CATEGORIES,
+    classify,
+    marker_priority,
+)
+
+SCHEMA = "rl-trace-report/1"
+STAGE_CATS = ("rl_insight", "verl")
+LONGEST_SHOWN = 10
+GANTT_SPANS_PER_LANE = 400
+MAX_METRICS = 200
+STEP_KEYS = ("step", "global_step", "global_steps")
+SCHEMA_DOC = """rl-trace-report/1:
+{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
+  unmatched_ends, dropped_events, manifest, merged_by_report},
+ stage_table[{category, pattern}], categories[],
+ steps[{step, start_ns, end_ns, dur_ns, profiled, mode,
+        ranks[{role, lane, time_ns{<category>|idle: int}, busy_ns}],
+        roles[{role, ranks, total_ns{...}, mean_ns{...}}],
+        overlap{generation_only_ns, training_only_ns, both_ns, neither_ns}}],
+ overlap{...the same, over the whole run},
+ stragglers[{step, role, stage, category, lanes, slowest_lane, slowest_ns, median_ns, lag_ns, lag_pct}],
+ longest_spans[{name, category, cat, process, thread, step, start_ns, dur_ns}],
+ metrics[{name, steps[{step, mean, last, min, max, count}]}],
+ gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
+ clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
+  problems, problem_count, missing, counts} | null}.
+Additive changes keep the version; renames or removals bump it."""
+
+
+@dataclass(frozen=True)
+class Who:
+    role: str
+    lane: str
+
+
+@dataclass
+class Window:
+    step: int | None
+    start_ns: int
+    end_ns: int
+    profiled: bool = False
+    mode: str | None = None
+
+
+# ------------------------------------------------------------------------------------- identity
+_LABEL_ROLE = re.compile(r"^([A-Za-z][\w.-]*)(?:\s+(?:rank|replica)\s+\d+)?(?:\s+\(.*\))?$")
+
+
+def process_role(data: TraceData, pid: Any) -> str:
+    """The role of a merged process: its ``role`` arg, else the role word of its merged label."""
+    args = data.process_args.get(pid) or {}
+    if isinstance(args.get("role"), str) and args["role"]:
+        return str(args["role"])
+    parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
+    for part in parts[2:] if len(parts) > 2 else parts:
+        m = _LABEL_ROLE.match(part)
+        if m and not part.startswith(("pid ", "clock", "rank ", "replica ")):
+            return m.group(1)
+    return "unknown"
+
+
+def lane_of(data: TraceData, span: Span) -> str:
+    lane = span.args.get("state_lane_id")
+    if lane is not None:
+        return str(lane)
+    name = data.thread_names.get((span.pid, span.tid))
+    if name:
+        return name.rsplit("·", 1)[-1].strip()
+    return f"tid {span.tid}"
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str | float):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return int(number) if number.is_integer() else None
+    return None
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or value == 1 or (isinstance(value, str) and value.lower() in ("true", "1"))
+
+
+# --------------------------------------------------------------------------------------- windows
+def step_windows(markers: list[Span]) -> list[Window]:
+    """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies)."""
+    if not markers:
+        return []
+    best = min(p for p in (marker_priority(m.name) for m in markers) if p is not None)
+    chosen = sorted((m for m in markers if marker_priority(m.name) == best), key=lambda m: m.start_ns)
+    groups: list[list[Span]] = []
+    for m in chosen:
+        if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    numbers = []
+    for g in groups:
+        found = {n for m in g for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
+        numbers.append(found.pop() if len(found) == 1 else None)
+    usable = None not in numbers and len(set(numbers)) == len(numbers)
+    windows = []
+    for i, g in enumerate(groups):
+        modes = {str(m.args.get("mode") or m.args.get("trainer_mode") or "") for m in g} - {""}
+        windows.append(
+            Window(
+                step=numbers[i] if usable else i + 1,
+                start_ns=min(m.start_ns for m in g),
+                end_ns=max(m.end_ns for m in g),
+                profiled=any(_truthy(m.args.get("profiled")) for m in g),
+                mode=modes.pop() if len(modes) == 1 else None,
+            )
+        )
+    return windows
+
+
+# ------------------------------------------------------------------------------------ per step
+class _Index:
+    """Stage spans grouped the ways the report needs them."""
+
+    def __init__(self, data: TraceData, spans: list[Span]) -> None:
+        self.by_who_cat: dict[Who, dict[str, list[iv.Interval]]] = defaultdict(lambda: defaultdict(list))
+        self.by_who_name: dict[tuple[str, str], dict[str, list[iv.Interval]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        self.spans_of: dict[Who, list[Span]] = defaultdict(list)
+        self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
+        roles: dict[Any, str] = {}
+        for s in spans:
+            role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
+            who = Who(role, lane_of(data, s))
+            cat = classify(s.name)
+            interval = (s.start_ns, s.end_ns)
+            self.by_who_cat[who][cat].append(interval)
+            self.by_who_name[(role, s.name)][who.lane].append(interval)
+            self.spans_of[who].append(s)
+            self.all_by_cat[cat].append(interval)
+        self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, _natural(w.lane)))
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
+def _rank_rows(idx: _Index, w: Window) -> list[dict[str, Any]]:
+    rows = []
+    span_ns = w.end_ns - w.start_ns
+    for who in idx.whos:
+        cats = idx.by_who_cat[who]
+        times = {c: iv.covered(cats.get(c, ()), w.start_ns, w.end_ns) for c in WORK_CATEGORIES}
+        busy = iv.covered([i for c in WORK_CATEGORIES for i in cats.get(c, ())], w.start_ns, w.end_ns)
+        times[IDLE] = span_ns - busy
+        rows.append({"role": who.role, "lane": who.lane, "time_ns": times, "busy_ns": busy})
+    return rows
+
+
+def _role_rows(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in ranks:
+        grouped[row["role"]].append(row)
+    out = []
+    for role, rows in grouped.items():
+        total = {c: sum(r["time_ns"][c] for r in rows) for c in CATEGORIES}
+        mean = {c: total[c] / len(rows) for c in CATEGORIES}
+        out.append({"role": role, "ranks": len(rows), "total_ns": total, "mean_ns": mean})
+    return out
+
+
+def overlap(idx: _Index, lo: int, hi: int) -> dict[str, int]:
+    gen = iv.union(iv.clip([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
+    train = iv.union(iv.clip([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
+    both = iv.length(iv.intersect(gen, train))
+    g, t = iv.length(gen), iv.length(train)
+    return {
+        "generation_only_ns": g - both,
+        "training_only_ns": t - both,
+        "both_ns": both,
+        "neither_ns": (hi - lo) - (g + t - both),
+    }
+
+
+def stragglers(idx: _Index, windows: list[Window]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for w in windows:
+        for (role, stage), lanes in idx.by_who_name.items():
+            cat = classify(stage)
+            if cat == STEP:
+                continue
+            times = {lane: iv.covered(ints, w.start_ns, w.end_ns) for lane, ints in lanes.items()}
+            times = {lane: t for lane, t in times.items() if t > 0}
+            if len(times) < 2:
+                continue
+            slowest = max(sorted(times, key=_natural), key=lambda lane: times[lane])
+            median = statistics.median(times.values())
+            median = int(median) if float(median).is_integer() else median
+            lag = times[slowest] - median
+            out.append(
+                {
+                    "step": w.step,
+                    "role": role,
+                    "stage": stage,
+                    "category": cat,
+                    "lanes": len(times),
+                    "slowest_lane": slowest,
+                    "slowest_ns": times[slowest],
+                    "median_ns": median,
+                    "lag_ns": lag,
+                    "lag_pct": round(100.0 * lag / median, 2) if median else None,
+                }
+            )
+    out.sort(key=lambda r: (-r["lag_ns"], r["step"] if r["step"] is not None else -1, r["role"], r["stage"]))
+    return out
+
+
+def _step_of(windows: list[Window], ts_ns: int) -> int | None:
+    for w in windows:
+        if w.start_ns <= ts_ns < w.end_ns:
+            return w.step
+    return None
+
+
+def longest_spans(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
+    out = []
+    for s in data.longest[:LONGEST_SHOWN]:
+        out.append(
+            {
+                "name": s.name,
+                "category": classify(s.name),
+                "cat": s.cat,
+                "process": data.process_names.get(s.pid, str(s.pid)),
+                "thread": data.thread_names.get((s.pid, s.tid), str(s.tid)),
+                "step": _step_of(windows, s.start_ns),
+                "start_ns": s.start_ns,
+                "dur_ns": s.dur_ns,
+            }
+        )
+    return out
+
+
+def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
+    """Scalar metrics (counter events) per step: mean, last, min, max, count over all processes.
+
+    The step is the sample's ``step`` label when it has one, else the step window it falls in.
+    """
+    per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for c in data.counters:
+        step = _int(c.labels.get("step"))  # the step the process said, when it did
+        if step is None:
+            step = _step_of(windows, c.ts_ns) if windows else None
+            if windows and step is None:
+                continue
+        per[c.name][step].append((c.ts_ns, c.value))
+    out = []
+    for name in sorted(per)[:MAX_METRICS]:
+        rows = []
+        for step, samples in sorted(per[name].items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            values = [v for _, v in samples]
+            rows.append(
+                {
+                    "step": step,
+                    "mean": statistics.fmean(values),
+                    "last": max(samples, key=lambda tv: tv[0])[1],
+                    "min": min(values),
+                    "max": max(values),
+                    "count": len(values),
+                }
+            )
+        out.append({"name": name, "steps": rows})
+    return out
+
+
+def gantt(idx: _Index, windows: list[Window]) -> dict[str, Any] | None:
+    """Every lane's spans in one step: the profiled one, else the slowest."""
+    if not windows:
+        return None
+    profiled = [w for w in windows if w.profiled]
+    w = profiled[0] if profiled else max(windows, key=lambda x: (x.end_ns - x.start_ns, -(x.step or 0)))
+    lanes = []
+    for who in idx.whos:
+        inside = sorted(
+            (s for s in idx.spans_of[who] if s.start_ns < w.end_ns and s.end_ns > w.start_ns),
+            key=lambda s: s.start_ns,
+        )
+        spans = []
+        for s in inside[:GANTT_SPANS_PER_LANE]:
+            start, end = max(s.start_ns, w.start_ns), min(s.end_ns, w.end_ns)
+            spans.append([start - w.start_ns, end - start, s.name, classify(s.name)])
+        if spans:
+            lanes.append(
+                {
+                    "role": who.role,
+                    "lane": who.lane,
+                    "spans": spans,
+                    "truncated": len(inside) > GANTT_SPANS_PER_LANE,
+                }
+            )
+    return {"step": w.step, "start_ns": w.start_ns, "end_ns": w.end_ns, "lanes": lanes}
+
+
+def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
+    tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
+    if tagged:
+        return tagged, "rl_insight"
+    return list(data.spans), "names"
+
+
+def build_summary(
+    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+    spans, source = _stage_spans(data)
+    markers = [s for s in spans if classify(s.name) == STEP]
+    work = [s for s in spans if classify(s.name) != STEP]
+    windows = step_windows(markers)
+    if not windows and work:
+        windows = [Window(None, min(s.start_ns for s in work), max(s.end_ns for s in work))]
+    idx = _Index(data, work)
+    steps = []
+    for w in windows:
+        ranks = _rank_rows(idx, w)
+        steps.append(
+            {
+                "step": w.step,
+                "start_ns": w.start_ns,
+                "end_ns": w.end_ns,
+                "dur_ns": w.end_ns - w.start_ns,
+                "profiled": w.profiled,
+                "mode": w.mode,
+                "ranks": ranks,
+                "roles": _role_rows(ranks),
+                "overlap": overlap(idx, w.start_ns, w.end_ns),
+            }
+        )
+    run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
+    return {
+        "schema": SCHEMA,
+        "source": {
+            "path": data.path,
+            "events": data.events,
+            "spans_seen": data.spans_seen,
+            "stage_spans": len(work),
+            "step_markers": len(markers),
+            "stage_source": source,
+            "loader": data.mode,
+            "unmatched_ends": data.unmatched_ends,
+            "dropped_events": data.dropped,
+        },
+        "stage_table": [{"category": r.category, "pattern": r.pattern} for r in STAGE_TABLE],
+        "categories": list(CATEGORIES),
+        "steps": steps,
+        "overlap": run_overlap,
+        "stragglers": stragglers(idx, windows),
+        "longest_spans": longest_spans(data, windows),
+        "metrics": metrics(data, windows),
+        "gantt": gantt(idx, windows),
+        "clock": clock,
+        "artifacts": artifacts,
+    }

@@ -1,0 +1,188 @@
+"""What ``rl-trace report`` reads: a merged trace (+ its manifest), or a run directory merged first.
+
+The manifest (``<trace>.manifest.json``, written by ``rl-trace merge``) is where the report finds
+clock-alignment quality and artifact completeness; without one the report says "unknown" instead of
+guessing. The merge itself is :func:`rl_trace_observer.merge.pipeline.merge` (imported lazily).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["InputError", "ResolvedInput", "artifacts_section", "clock_section", "merge", "resolve"]
+
+MAX_LISTED = 50
+
+
+class InputError(ValueError):
+    """Bad report input; the message names the path and what to do."""
+
+
+@dataclass
+class ResolvedInput:
+    trace: Path
+    manifest: dict[str, Any] | None
+    manifest_path: Path | None
+    merged_from: Path | None = None  # the run directory, when the report merged it
+
+
+def merge(inputs: list[Path], output: Path) -> Path:
+    """Merge ``inputs`` into ``output`` (format by suffix); returns the manifest path.
+
+    Raises ``InputError`` when nothing usable was merged (the manifest says why).
+    """
+    from ...merge.options import MergeOptions, UsageError
+    from ...merge.pipeline import merge as run_merge
+
+    try:
+        result = run_merge([str(p) for p in inputs], str(output), MergeOptions())
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    if not result.written:
+        raise InputError(f"{inputs[0]}: nothing usable to merge; see {result.manifest_path}")
+    return Path(result.manifest_path)
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return (
+        data if isinstance(data, dict) and str(data.get("schema", "")).startswith("rl-trace-merge") else None
+    )
+
+
+@contextlib.contextmanager
+def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[ResolvedInput]:
+    """A merged trace to read; a run directory is merged into a temporary ``.json.gz`` first."""
+    p = Path(path)
+    if p.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix="rl-trace-report-"))
+        try:
+            out = tmp / "merged.json.gz"
+            mpath = merge([p], out)
+            yield ResolvedInput(out, _read_manifest(mpath), mpath, merged_from=p)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if not p.is_file():
+        raise InputError(
+            f"{p}: no such file or directory; give a merged trace (.json, .json.gz) or a run directory"
+        )
+    if p.name.endswith((".pftrace", ".pftrace.gz")):
+        raise InputError(
+            f"{p}: the report reads Chrome JSON; merge to .json.gz (rl-trace merge … -o X.json.gz)"
+        )
+    mpath = Path(manifest) if manifest else Path(f"{p}.manifest.json")
+    yield ResolvedInput(
+        p, _read_manifest(mpath) if mpath.is_file() else None, mpath if mpath.is_file() else None
+    )
+
+
+# ------------------------------------------------------------------------------ manifest sections
+def clock_section(manifest: dict[str, Any] | None, trace_metadata: dict[str, Any]) -> dict[str, Any]:
+    """How well the clocks of the merged sources agree: method, per-host bounds, a one-word verdict."""
+    clock = ((manifest or {}).get("timeline") or {}).get("clock")
+    if not isinstance(clock, dict):
+        mode = (trace_metadata.get("rl_trace_observer") or {}).get("clock")
+        return {"mode": mode, "quality": "unknown", "why": "no merge manifest next to the trace", "hosts": []}
+    hosts = []
+    for name, h in sorted((clock.get("hosts") or {}).items()):
+        h = h if isinstance(h, dict) else {}
+        hosts.append(
+            {
+                "host": name,
+                "method": h.get("method"),
+                "applied": h.get("applied"),
+                "offset_ns": h.get("offset_ns"),
+                "uncertainty_ns": h.get("uncertainty_ns"),
+                "drift_ppm": h.get("drift_ppm"),
+            }
+        )
+    tolerance_ns = int(float(clock.get("tolerance_us") or 0) * 1000) or None
+    worst = clock.get("worst_uncertainty_ns")
+    causality = clock.get("causality") or {}
+    clock_problems = [p for p in (manifest or {}).get("problems", []) if p.get("kind") == "clock"]
+    quality, why = _verdict(hosts, worst, tolerance_ns, causality, clock_problems)
+    return {
+        "mode": clock.get("mode"),
+        "reference_host": (clock.get("reference") or {}).get("host"),
+        "worst_uncertainty_ns": worst,
+        "tolerance_ns": tolerance_ns,
+        "causality": {"checked": causality.get("checked", 0), "failed": causality.get("failed", 0)},
+        "quality": quality,
+        "why": why,
+        "hosts": hosts,
+        "problems": [p.get("detail") for p in clock_problems][:MAX_LISTED],
+    }
+
+
+def _verdict(
+    hosts: list[dict[str, Any]],
+    worst: Any,
+    tolerance_ns: int | None,
+    causality: dict[str, Any],
+    problems: list[dict[str, Any]],
+) -> tuple[str, str]:
+    if causality.get("failed"):
+        return (
+            "poor",
+            f"{causality['failed']} of {causality.get('checked')} cross-host causality checks failed",
+        )
+    if problems:
+        return "poor", f"{len(problems)} clock problem(s) in the manifest"
+    if len(hosts) <= 1:
+        return "exact", "one host: every source shares its wall clock"
+    unmeasured = [h["host"] for h in hosts if h.get("uncertainty_ns") is None]
+    if unmeasured:
+        return "unknown", f"offset never measured for {', '.join(unmeasured[:5])}"
+    if tolerance_ns is not None and isinstance(worst, int) and worst > tolerance_ns:
+        return "poor", f"worst bound ±{worst / 1e3:.0f} µs exceeds the tolerance ±{tolerance_ns / 1e3:.0f} µs"
+    return "good", f"every host within ±{(worst or 0) / 1e3:.0f} µs"
+
+
+def artifacts_section(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which files went into the trace, which were incomplete or skipped, and the merge's problems."""
+    if manifest is None:
+        return None
+    by_kind: dict[str, dict[str, int]] = {}
+    incomplete, skipped = [], []
+    for a in manifest.get("artifacts") or []:
+        if not isinstance(a, dict):
+            continue
+        kind = str(a.get("kind") or "unknown")
+        row = by_kind.setdefault(kind, {"files": 0, "complete": 0, "incomplete": 0, "skipped": 0})
+        row["files"] += 1
+        if a.get("skip_reason"):  # process records are unselected with no reason: not traces, not skipped
+            row["skipped"] += 1
+            skipped.append({"path": a.get("path"), "kind": kind, "reason": a.get("skip_reason")})
+        elif a.get("complete", True):
+            row["complete"] += 1
+        else:
+            row["incomplete"] += 1
+            incomplete.append({"path": a.get("path"), "kind": kind})
+    problems = [
+        {"kind": p.get("kind"), "path": p.get("path"), "detail": p.get("detail")}
+        for p in manifest.get("problems") or []
+        if isinstance(p, dict)
+    ]
+    return {
+        "status": manifest.get("status"),
+        "files": sum(r["files"] for r in by_kind.values()),
+        "by_kind": dict(sorted(by_kind.items())),
+        "incomplete": incomplete[:MAX_LISTED],
+        "skipped": skipped[:MAX_LISTED],
+        "problems": problems[:MAX_LISTED],
+        "problem_count": len(problems),
+        "missing": sum(1 for p in problems if p["kind"] == "missing"),
+        "counts": manifest.get("counts") or {},
+    }

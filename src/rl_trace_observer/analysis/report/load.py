@@ -1,0 +1,276 @@
+"""Read a merged Chrome-trace file (``.json`` / ``.json.gz``) keeping only what the report needs.
+
+Merged traces reach gigabytes, and a Python dict per event costs ~5x the JSON. So the file is decoded
+a few MB at a time (:mod:`.stream`) into small structs whose ``args`` stay raw bytes, and only
+four kinds survive: stage candidates (spans whose category is RL-Insight's/VERL's or whose name the
+stage table knows — only their ``args`` are parsed), counters, process/thread names, and a
+fixed-size heap of the longest spans of any source. Everything else is counted and dropped on the
+spot, so memory follows what is kept, not the file size. A layout the chunker cannot follow falls
+back to one whole-document decode (a test checks both give the same summary). Times: ``ts``/``dur``
+µs (≤3 decimals, as writers emit) become exact integer ns once, here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+import orjson
+from msgspec import UNSET, UnsetType
+
+from ...merge.model import us_to_ns
+from ...merge.readers.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from .stages import OTHER, classify
+from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_events
+
+__all__ = ["Counter", "Span", "TraceData", "TraceError", "load_trace", "split_labels"]
+
+STAGE_CATEGORIES = ("rl_insight", "verl")  # prefixes of the categories RL-Insight / our markers use
+LONGEST_KEPT = 20
+
+
+class TraceError(ValueError):
+    """The file is not a Chrome trace we can read; the message names the file."""
+
+
+@dataclass
+class Span:
+    name: str
+    cat: str
+    pid: Any
+    tid: Any
+    start_ns: int
+    dur_ns: int
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass
+class Counter:
+    name: str
+    pid: Any
+    ts_ns: int
+    value: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_LABELLED = re.compile(r"^(.*)\{([^{}]*)\}$")
+
+
+def split_labels(name: str) -> tuple[str, dict[str, str]]:
+    """``"actor/pg_loss{rank=0,step=1}"`` → ``("actor/pg_loss", {"rank": "0", "step": "1"})``.
+
+    The merger puts an RL-Insight metric's labels into its counter name so that each label set gets
+    its own Perfetto track; the report wants the metric and its step back.
+    """
+    m = _LABELLED.match(name)
+    if not m:
+        return name, {}
+    labels = {}
+    for part in m.group(2).split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            return name, {}
+        labels[key.strip()] = value.strip()
+    return m.group(1), labels
+
+
+@dataclass
+class TraceData:
+    """What the report reads from one trace file."""
+
+    path: str
+    spans: list[Span] = field(default_factory=list)  # stage candidates (see module docstring)
+    longest: list[Span] = field(default_factory=list)  # the longest spans of any kind, longest first
+    counters: list[Counter] = field(default_factory=list)
+    process_names: dict[Any, str] = field(default_factory=dict)
+    process_args: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # top-level keys other than traceEvents
+    events: int = 0
+    spans_seen: int = 0
+    unmatched_ends: int = 0
+    dropped: int = 0  # events whose fields had unexpected types
+    mode: str = ""
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def _args(raw: msgspec.Raw | UnsetType | None) -> dict[str, Any]:
+    if raw is None or raw is UNSET:
+        return {}
+    try:
+        value = orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Collector:
+    """Consumes decoded events a chunk at a time; keeps only what the report needs."""
+
+    def __init__(self, data: TraceData) -> None:
+        self.data = data
+        self._heap: list[tuple[int, int, Span]] = []
+        self._open: dict[tuple[Any, Any], list[Event]] = {}
+        self._seq = 0
+
+    def feed(self, events: list[Event]) -> None:
+        """The hot loop: ~1 M events/s, so only cheap tests before anything is allocated."""
+        self.data.events += len(events)
+        heap = self._heap
+        for ev in events:
+            ph = ev.ph
+            if ph == "X":
+                if ev.ts is None:
+                    continue
+                self.data.spans_seen += 1
+                name, cat, dur = ev.name, ev.cat, ev.dur or 0
+                if type(name) is not str or type(cat) is not str:
+                    name, cat = _text(name), _text(cat)
+                keep = cat.startswith(STAGE_CATEGORIES) or classify(name) != OTHER
+                if keep or len(heap) < LONGEST_KEPT or dur * 1000.0 >= heap[0][0] - 1:
+                    self._span(ev, name, cat, us_to_ns(ev.ts), us_to_ns(dur), keep)
+            elif ph == "B":
+                self._open.setdefault((ev.pid, ev.tid), []).append(ev)
+            elif ph == "E":
+                self._end(ev)
+            elif ph == "C":
+                self._counter(ev)
+            elif ph == "M":
+                self._meta(ev)
+
+    def _span(self, ev: Event, name: str, cat: str, start_ns: int, dur_ns: int, keep: bool) -> None:
+        span = Span(name, cat, ev.pid, ev.tid, start_ns, max(dur_ns, 0))
+        if keep:
+            span.args = _args(ev.args)
+            self.data.spans.append(span)
+        self._seq += 1
+        item = (span.dur_ns, -self._seq, span)
+        if len(self._heap) < LONGEST_KEPT:
+            heapq.heappush(self._heap, item)
+        elif item[:2] > self._heap[0][:2]:
+            heapq.heapreplace(self._heap, item)
+
+    def _end(self, ev: Event) -> None:
+        stack = self._open.get((ev.pid, ev.tid))
+        if not stack or ev.ts is None:
+            self.data.unmatched_ends += 1
+            return
+        begin = stack.pop()
+        start = us_to_ns(begin.ts or 0)
+        name, cat = _text(begin.name), _text(begin.cat)
+        self.data.spans_seen += 1
+        self._span(
+            begin,
+            name,
+            cat,
+            start,
+            us_to_ns(ev.ts) - start,
+            cat.startswith(STAGE_CATEGORIES) or classify(name) != OTHER,
+        )
+
+    def _counter(self, ev: Event) -> None:
+        if ev.ts is None:
+            return
+        ts_ns = us_to_ns(ev.ts)
+        name, labels = split_labels(_text(ev.name))
+        for key, value in _args(ev.args).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                label = name if key == "value" else f"{name} {key}"
+                self.data.counters.append(Counter(label, ev.pid, ts_ns, float(value), labels))
+
+    def _meta(self, ev: Event) -> None:
+        args = _args(ev.args)
+        label = args.get("name")
+        if ev.name == "process_name" and label is not None:
+            self.data.process_names[ev.pid] = _text(label)
+            self.data.process_args[ev.pid] = args
+        elif ev.name == "thread_name" and label is not None:
+            self.data.thread_names[(ev.pid, ev.tid)] = _text(label)
+
+    def finish(self) -> None:
+        self.data.unmatched_ends += sum(len(s) for s in self._open.values())
+        self.data.longest = [s for _, _, s in sorted(self._heap, key=lambda it: it[:2], reverse=True)]
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    with path.open("rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return path.open("rb")
+
+
+def _read_stream(path: Path, collector: _Collector, chunk_bytes: int) -> dict[str, Any]:
+    with _open_binary(path) as f, gc_paused():
+        stream = EventStream(f, chunk_bytes)
+        for events in stream.chunks():
+            collector.feed(events)
+    collector.data.dropped += stream.dropped
+    return stream.metadata
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _read_document(path: Path, collector: _Collector) -> dict[str, Any]:
+    """One decode of the whole file (the fallback): top-level values stay raw until needed."""
+    with _open_binary(path) as f:
+        raw = f.read()
+    meta: dict[str, Any] = {}
+    try:
+        if raw.lstrip().startswith(b"["):
+            body = raw
+        else:
+            top = _TOP.decode(raw)
+            if "traceEvents" not in top:
+                raise TraceError(f"{path}: not a Chrome trace (no traceEvents array)")
+            body = bytes(top.pop("traceEvents"))
+            meta = {k: orjson.loads(bytes(v)) for k, v in top.items()}
+        with gc_paused():
+            events, dropped = decode_events(body)
+            collector.feed(events)
+    except (msgspec.DecodeError, orjson.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: not a Chrome trace JSON file ({exc})") from None
+    collector.data.dropped += dropped
+    return meta
+
+
+def load_trace(path: str | Path, *, mode: str = "auto", chunk_bytes: int = CHUNK_BYTES) -> TraceData:
+    """Read ``path``. ``mode``: ``auto`` streams and falls back to one whole decode when the layout
+    defeats the chunker; ``stream`` / ``document`` force one way (tests, benchmarks)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such trace file")
+    if mode not in ("auto", "stream", "document"):
+        raise ValueError(f"unknown mode {mode!r}")
+    try:
+        if mode != "document":
+            data = TraceData(path=str(p), mode="stream")
+            collector = _Collector(data)
+            try:
+                data.metadata = _read_stream(p, collector, chunk_bytes)
+                collector.finish()
+                return data
+            except NotStreamable as exc:
+                if mode == "stream":
+                    raise TraceError(f"{p}: cannot stream this trace ({exc})") from None
+        data = TraceData(path=str(p), mode="document")
+        collector = _Collector(data)
+        data.metadata = _read_document(p, collector)
+        collector.finish()
+        return data
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"{p}: cannot read ({exc})") from None

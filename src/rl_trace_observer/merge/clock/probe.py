@@ -1,0 +1,62 @@
+"""Small span summaries for the clock causality checks, taken while a worker holds a file's events.
+
+Why here and not in a second pass: the checks (:mod:`.causality`) need only a few spans per
+process — RL-Insight stage spans and the Torch trace's ``record_function`` regions — but those sit
+in files that can be hundreds of MB. A worker already has each file's corrected events in memory,
+so it keeps the few that matter as tuples (``SpanSummary``) and sends them back with its outcome;
+the parent runs the checks on those (:func:`.choice.ClockChoice.check_causality`).
+
+What is kept, per artifact kind:
+
+- ``rl_insight``: every complete span (stages: a handful per step and process);
+- ``torch``: complete events of category ``user_annotation`` (``record_function`` on the CPU; VERL's
+  ``DistProfiler.annotate`` opens one named like the RL-Insight stage it sits in). GPU-side
+  annotations are on the device clock and are left out.
+
+At most ``MAX_SPANS`` per artifact, the longest first (stage regions are the long ones).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+from msgspec import UNSET
+
+from ..model import Event
+
+SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
+
+MAX_SPANS = 10_000
+PROBED_KINDS = {"rl_insight": None, "torch": "user_annotation"}  # kind -> category kept (None: all)
+
+
+def stage_spans(events: Iterable[Event], kind: str, relative_to_ns: int | None) -> list[SpanSummary]:
+    """The spans of one artifact the causality checks use, on the merged timeline in ns.
+
+    ``relative_to_ns``: the events' ``ts``/``dur`` are already output µs relative to this base
+    (the fused fast path, :mod:`..transform.fastpath`); ``None``: they are absolute integer ns.
+    """
+    if kind not in PROBED_KINDS:
+        return []
+    cat = PROBED_KINDS[kind]
+    picked = [e for e in events if (cat is None or e.cat == cat) and e.ph == "X" and e.dur is not UNSET]
+    if len(picked) > MAX_SPANS:
+        picked = heapq.nlargest(MAX_SPANS, picked, key=_duration)
+    out: list[SpanSummary] = []
+    for e in picked:
+        ts: Any = e.ts
+        dur: Any = e.dur
+        if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 for an integer y
+            ts, dur = relative_to_ns + round(ts * 1000), round(dur * 1000)
+        pid, tid = e.pid, e.tid
+        if isinstance(pid, int) and isinstance(tid, int):
+            name = e.name if isinstance(e.name, str) else ""
+            out.append((name, int(ts), int(ts) + int(dur), pid, tid))
+    return out
+
+
+def _duration(e: Event) -> float:
+    d: Any = e.dur
+    return float(d)

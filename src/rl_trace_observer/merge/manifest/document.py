@@ -1,0 +1,94 @@
+"""The merge manifest (``<output>.manifest.json``): what went in, what came out, what went wrong.
+
+Written atomically even when the merge fails, so a user (or CI) can always see which file broke it.
+Schema ``rl-trace-merge-manifest/1``:
+
+- ``status``: ``ok`` | ``partial`` (problems, output written) | ``failed`` (no output);
+- ``output``: path, format, size, written; ``timeline``: ``base_ns`` (JSON ``ts`` = (ns - base)/1000),
+  first/last event ns, and ``clock`` (the clock-alignment section, ``{"mode": "wall"}`` when none);
+- ``counts``: events read/kept/dropped/filtered, and slices/flows/counters/processes/threads as
+  written — exactly what Perfetto will import;
+- ``runs``, ``sessions`` (step windows), ``processes``, ``artifacts`` (kind, size, sha256, owner,
+  complete, step, role, rank, selected, anchor, events read/kept/dropped), ``problems``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ... import __version__
+from ...capture.atomic import write_atomic
+from ...capture.encoding import dumps_pretty
+from ..model import Problem
+
+SCHEMA = "rl-trace-merge-manifest/1"
+
+
+def manifest_path_for(output: str | os.PathLike[str]) -> Path:
+    return Path(f"{os.fspath(output)}.manifest.json")
+
+
+def new_manifest(output: str, fmt: str, inputs: list[str], options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "rl-trace-observer", "version": __version__},
+        "created_wall_ns": time.time_ns(),
+        "status": "failed",
+        "output": {"path": output, "format": fmt, "size": None, "written": False},
+        "inputs": inputs,
+        "options": options,
+        "timeline": {"base_ns": None, "start_ns": None, "end_ns": None, "clock": {"mode": "wall"}},
+        "counts": {},
+        "runs": [],
+        "sessions": [],
+        "processes": [],
+        "artifacts": [],
+        "ignored": [],
+        "problems": [],
+    }
+
+
+def set_problems(manifest: dict[str, Any], problems: list[Problem]) -> None:
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for p in problems:
+        key = (p.kind, p.path, p.detail)
+        if key not in seen:
+            seen.add(key)
+            out.append(p.as_dict())
+    manifest["problems"] = out
+
+
+def problem_summary(problems: list[dict[str, str]]) -> list[str]:
+    """One line per problem kind: count, first file, and how to see the rest."""
+    by_kind: dict[str, list[dict[str, str]]] = {}
+    for p in problems:
+        by_kind.setdefault(p["kind"], []).append(p)
+    lines = []
+    for kind, items in by_kind.items():
+        first = items[0]
+        more = f" (+{len(items) - 1} more in the manifest)" if len(items) > 1 else ""
+        lines.append(f"{kind}: {first['path']}: {first['detail']}{more}")
+    return lines
+
+
+def why_nothing(manifest: dict[str, Any]) -> str:
+    """Why a merge kept no event, in one line: what became of the inputs that could hold events."""
+    reasons: dict[str, int] = {}
+    for art in manifest.get("artifacts") or []:
+        if art.get("kind") in ("process_record", "merge_output"):
+            continue
+        why = art.get("skip_reason") or ("no events" if art.get("selected") else "not selected")
+        reasons[why] = reasons.get(why, 0) + 1
+    if not reasons:
+        failed = [p["detail"] for p in manifest.get("problems") or [] if "merge failed" in p["detail"]]
+        return failed[0] if failed else "no trace files among the inputs"
+    return ", ".join(f"{n} file{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, dumps_pretty(manifest))

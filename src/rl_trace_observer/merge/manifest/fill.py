@@ -1,0 +1,111 @@
+"""Folding what the workers reported into the manifest (counts, artifacts, processes, sessions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..identity import process_title
+from ..plan.plan import Plan
+from ..run.execute import RunState
+from ..run.jobs import SLICE_PHASES
+
+
+def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None:
+    totals = {"events_read": 0, "events_kept": 0, "events_dropped": 0, "events_filtered": 0}
+    phases: dict[str, int] = {}
+    flows = scope_links = 0
+    pair_records: list[dict[str, Any]] = []
+    lo: int | None = None
+    hi: int | None = None
+    for i, art in enumerate(plan.artifacts):
+        out = state.outcomes.get(i)
+        if out is None:
+            continue
+        info = art.info
+        info.sha256, info.complete = out.sha256, out.complete and info.complete
+        info.events_read, info.events_kept, info.events_dropped = out.read, out.kept, out.dropped
+        info.anchor_ns = out.anchor_ns if out.anchor_ns is not None else info.anchor_ns
+        info.anchor_source = out.anchor_source or info.anchor_source
+        info.extra["events_filtered"] = out.filtered
+        overlapping = out.stats.get("overlapping_slices", 0)
+        if overlapping:  # Perfetto would drop them on import (an error each); we drop them first
+            info.extra["slices_dropped_overlapping"] = overlapping
+            totals["slices_dropped_overlapping"] = totals.get("slices_dropped_overlapping", 0) + overlapping
+        if out.skipped:
+            info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
+        if isinstance(out.meta.get("rank"), int) and info.rank is None:
+            info.rank = out.meta["rank"]
+        plan.problems.extend(out.problems)
+        if out.clock is not None:
+            pair_records.append(out.clock)
+            flows -= out.clock.get("acausal_pairs") or 0  # Perfetto drops a flow that ends before it starts
+        totals["events_read"] += out.read
+        totals["events_kept"] += out.kept
+        totals["events_dropped"] += out.dropped
+        totals["events_filtered"] += out.filtered
+        for ph, n in out.phases.items():
+            phases[ph] = phases.get(ph, 0) + n
+        flows += out.stats.get("flows", 0)
+        scope_links += out.stats.get("scope_links", 0)
+        if out.min_ts is not None:
+            lo = out.min_ts if lo is None else min(lo, out.min_ts)
+            hi = out.max_ts if hi is None else max(hi, out.max_ts or out.min_ts)
+    counts: dict[str, Any] = dict(totals)
+    counts["slices"] = sum(phases.get(p, 0) for p in SLICE_PHASES)
+    counts["counter_samples"] = phases.get("C", 0)
+    counts["flows"] = flows
+    counts["scope_links"] = scope_links
+    counts["processes"] = len(state.processes)
+    counts["threads"] = len(state.threads)
+    counts["phases"] = dict(sorted(phases.items()))
+    if state.writer_stats:
+        counts["writer"] = state.writer_stats
+    manifest["counts"] = counts
+    manifest["timeline"]["clock"].setdefault("artifacts", []).extend(pair_records)
+    manifest["timeline"].update({"base_ns": state.base_ns, "start_ns": lo, "end_ns": hi})
+    manifest["output"].update({"size": state.output_size, "written": state.written})
+    manifest["artifacts"] = [a.info.as_dict() for a in plan.artifacts]
+    manifest["ignored"] = plan.ignored
+    manifest["runs"] = [{"run_id": r, "processes": n} for r, n in sorted(plan.runs.items())]
+    manifest["sessions"] = [
+        {
+            "run_id": _run_of(plan),
+            "step": s,
+            "start_ns": w[0],
+            "end_ns": w[1],
+            "source": plan.step_sources.get(s),
+        }
+        for s, w in plan.step_windows.items()
+    ]
+    manifest["processes"] = _processes(plan, state)
+
+
+def _run_of(plan: Plan) -> str | None:
+    return next(iter(plan.runs)) if len(plan.runs) == 1 else None
+
+
+def _processes(plan: Plan, state: RunState) -> list[dict[str, Any]]:
+    out = []
+    for proc in sorted(plan.processes.values(), key=lambda p: p.merged_pid):
+        subs = sorted(
+            process_title(d, state.titles)
+            for pid, d in state.processes.items()
+            if d.sub is not None and pid & ~0xFF == proc.merged_pid
+        )
+        out.append(
+            {
+                "host": proc.key.host,
+                "pid": proc.key.pid if proc.key.pid >= 0 else None,
+                "name": proc.label,
+                "merged_pid": proc.merged_pid,
+                "sort_index": proc.sort_index,
+                "role": proc.role,
+                "rank": proc.rank,
+                "run_id": proc.run_id,
+                "actor_name": proc.actor_name,
+                "record": proc.record_path,
+                "in_trace": proc.merged_pid in state.processes,
+                "sub_processes": subs,
+            }
+        )
+    return out

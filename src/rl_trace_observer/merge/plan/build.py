@@ -1,0 +1,225 @@
+"""From a list of files to a merge plan: what each file is, which process owns it, what to merge.
+
+Everything here is cheap (file heads, names, the small process records) and runs in the parent
+before any big file is read:
+
+1. sniff every file (content first, name second) and drop exact duplicates;
+2. read the process records and link the artifacts they registered (relative paths, resolved
+   inside the inputs only — a record can never make the merger open anything else);
+3. place the remaining files by (host, pid) from their names and heads, reporting ``unlinked``
+   when no record vouches for them — a missing rank or host is never silently defaulted;
+4. select by run, role and step, find step windows, order processes and give them merged pids.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+
+from ..identity import planned_pid
+from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
+from ..readers import ReadContext, reader_for, sniff
+from .hints import Hints, hints_for
+from .plan import EVENT_KINDS, Plan, PlannedArtifact
+from .records import apply_record, link_records, process_from_record
+from .sources import Source, fingerprint, read_content, read_head
+
+UNKNOWN_HOST = "unknown-host"
+_ROLE_ORDER = {
+    "driver": 0, "trainer": 1, "taskrunner": 1, "actor": 2, "ref": 3, "critic": 4,
+    "reward": 5, "rollout": 6, "tokenspeed": 7,
+}  # fmt: skip
+
+
+def plan_sources(sources: list[Source]) -> Plan:
+    """Steps 1-3 of the module docstring (selection is :func:`select`)."""
+    plan = Plan([], {}, [])
+    for src in sources:
+        _classify(src, plan)
+    _drop_duplicates(plan)
+    records = [a for a in plan.artifacts if a.info.kind == "process_record"]
+    for art in records:
+        _read_record(art, plan)
+    link_records(plan)
+    _place_unlinked(plan)
+    _steps_from_records(plan)
+    return plan
+
+
+def _classify(src: Source, plan: Plan) -> None:
+    head = read_head(src)
+    info = ArtifactInfo(path=src.url, rel=src.rel, kind="unknown", size=src.size)
+    if not head.data.strip():
+        info.complete, info.selected, info.skip_reason = False, False, "empty file"
+        plan.problems.append(Problem("incomplete", src.url, "empty file (a writer died before writing?)"))
+        plan.artifacts.append(PlannedArtifact(info, src))
+        return
+    reader, head = sniff(head)
+    if reader is None:
+        info.selected, info.skip_reason = False, "not a trace"
+        plan.problems.append(Problem("not_a_trace", src.url, "no reader recognises this file's content"))
+        plan.artifacts.append(PlannedArtifact(info, src))
+        return
+    if reader.kind == "merge_output":
+        plan.ignored.append(src.url)
+        return
+    info.kind = reader.kind
+    hints = hints_for(reader.kind, head) if reader.kind in EVENT_KINDS else Hints()
+    info.step, info.rank, info.role, info.group = hints.step, hints.rank, hints.role, hints.group
+    plan.artifacts.append(PlannedArtifact(info, src, hints))
+
+
+def _drop_duplicates(plan: Plan) -> None:
+    """The same bytes under two paths (a run collected twice): merge the first copy only."""
+    by_size: dict[int, list[PlannedArtifact]] = defaultdict(list)
+    for art in plan.artifacts:
+        if art.info.selected and art.info.kind != "unknown":
+            by_size[art.info.size].append(art)
+    for same in by_size.values():
+        if len(same) < 2:
+            continue
+        seen: dict[str, PlannedArtifact] = {}
+        for art in same:
+            first = seen.setdefault(fingerprint(art.source), art)
+            if first is not art:
+                art.info.selected, art.info.skip_reason = False, f"duplicate of {first.info.path}"
+                plan.problems.append(
+                    Problem("duplicate", art.info.path, f"same content as {first.info.path}")
+                )
+
+
+def _read_record(art: PlannedArtifact, plan: Plan) -> None:
+    content = read_content(art.source)
+    art.info.sha256, art.info.complete = content.sha256, content.complete
+    result = reader_for("process_record").read(content.data, ReadContext(art.info.path, art.source.name))
+    plan.problems.extend(result.problems)
+    record = result.meta.get("record")
+    art.info.selected = False  # records hold no events
+    if not isinstance(record, dict):
+        art.info.skip_reason = "invalid process record"
+        return
+    info = process_from_record(record, art.info.path)
+    known = plan.processes.get(info.key)
+    if known is not None and known.record_path:
+        plan.problems.append(Problem("duplicate", art.info.path, f"second record for {info.key}"))
+        return
+    plan.processes[info.key] = info
+    art.info.owner = info.key
+    art.record_entry = record
+
+
+def _host_for(art: PlannedArtifact, plan: Plan, pid: int | None) -> str | None:
+    """Host of an unlinked file: its own name/content, else the records beside it."""
+    if art.hints.host:
+        return art.hints.host
+    folder = posixpath.dirname(art.source.path)
+    near = [p for p in plan.processes.values() if p.record_path and posixpath.dirname(_path_of(p)) == folder]
+    if pid is not None:
+        same_pid = {p.key.host for p in near if p.key.pid == pid}
+        same_pid |= {
+            a.hints.host
+            for a in plan.artifacts
+            if a.hints.host and a.hints.pid == pid and posixpath.dirname(a.source.path) == folder
+        }
+        if len(same_pid) == 1:
+            return same_pid.pop()
+    hosts = {p.key.host for p in plan.processes.values()}
+    for part in reversed(art.source.path.split("/")[:-1]):
+        if part in hosts:
+            return part
+    near_hosts = {p.key.host for p in near}
+    if len(near_hosts) == 1:
+        return near_hosts.pop()
+    top = art.source.rel.split("/")
+    return top[0] if len(top) > 1 else None  # `rl-trace collect` lays files out as <node>/...
+
+
+def _path_of(info: ProcessInfo) -> str:
+    return (info.record_path or "").split("://", 1)[-1]
+
+
+def _place_unlinked(plan: Plan) -> None:
+    partners: dict[tuple[str, str], PlannedArtifact] = {}
+    for art in plan.artifacts:
+        if art.info.kind == "viztracer" and art.hints.group and art.hints.pid is not None:
+            partners.setdefault((posixpath.dirname(art.source.path), art.hints.group), art)
+    placeholders: dict[tuple[str, str], ProcessKey] = {}
+    for art in plan.artifacts:
+        info = art.info
+        if info.kind not in EVENT_KINDS or info.owner is not None or not info.selected:
+            continue
+        pid = art.hints.pid
+        how = "pid and host from the file"
+        if pid is None and info.kind == "proton" and art.hints.group:
+            partner = partners.get((posixpath.dirname(art.source.path), art.hints.group))
+            if partner is not None:
+                pid, how = partner.hints.pid, "its TokenSpeed VizTracer report"
+                art.hints.host = art.hints.host or partner.hints.host
+        host = _host_for(art, plan, pid) or UNKNOWN_HOST
+        if pid is None:
+            slot = (host, art.hints.group or art.source.path)
+            key = placeholders.setdefault(slot, ProcessKey(host, -(len(placeholders) + 1)))
+            how = "no pid in the file"
+        else:
+            key = ProcessKey(host, pid)
+        info.owner = key
+        if key not in plan.processes:
+            plan.processes[key] = _process_from_hints(key, art)
+        if not plan.processes[key].record_path:
+            detail = f"no process record for {key.host} pid {key.pid}; placed by {how}"
+            if host == UNKNOWN_HOST:
+                detail += "; host unknown (put each node's files in a folder named after the host)"
+            plan.problems.append(Problem("unlinked", info.path, detail))
+
+
+def _process_from_hints(key: ProcessKey, art: PlannedArtifact) -> ProcessInfo:
+    info = ProcessInfo(key=key)
+    if art.hints.group:
+        info.role, info.actor_name = "tokenspeed", art.hints.group.rsplit("-", 1)[-1]
+    elif art.hints.rank is not None:
+        info.rank = art.hints.rank
+    return info
+
+
+def _steps_from_records(plan: Plan) -> None:
+    """Step windows from ``step_begin``/``step_end`` clock snapshots, trainer and driver first."""
+    found: dict[int, list[int]] = {}
+    source: dict[int, str] = {}
+    preferred = [p for p in plan.processes.values() if p.role in ("trainer", "driver", "taskrunner")]
+    for proc in preferred or list(plan.processes.values()):
+        begins: dict[int, int] = {}
+        for snap in proc.record.get("clock_snapshots") or []:
+            step, wall = snap.get("step"), snap.get("wall_ns")
+            if not isinstance(step, int) or not isinstance(wall, int):
+                continue
+            if snap.get("reason") == "step_begin":
+                begins[step] = wall
+            elif snap.get("reason") == "step_end" and step in begins:
+                lo, hi = found.get(step, [begins[step], wall])
+                found[step] = [min(lo, begins[step]), max(hi, wall)]
+                source.setdefault(step, str(proc.key))
+    plan.step_windows = {s: (w[0], w[1]) for s, w in sorted(found.items())}
+    plan.step_sources = source
+
+
+def order_processes(plan: Plan) -> None:
+    """Natural order — driver/trainer, actor ranks, rollout replicas, ... — as merged pids."""
+
+    def key(p: ProcessInfo) -> tuple[int, int, str, int]:
+        order = _ROLE_ORDER.get(p.role or "", 8 if p.role else 9)
+        idx = p.rank if p.rank is not None else (p.replica if p.replica is not None else 1 << 30)
+        return order, idx, p.key.host, p.key.pid
+
+    for index, proc in enumerate(sorted(plan.processes.values(), key=key)):
+        proc.merged_pid = planned_pid(index)
+        proc.sort_index = index
+
+
+def apply_records_to_artifacts(plan: Plan) -> None:
+    """Copy step/role/rank from the owning process (record entries were applied when linking)."""
+    for art in plan.artifacts:
+        owner = plan.processes.get(art.info.owner) if art.info.owner else None
+        if owner is None:
+            continue
+        if art.record_entry is None and art.info.kind in EVENT_KINDS:
+            apply_record(art, owner)

@@ -1,0 +1,82 @@
+"""What a job is: the files it reads (tasks), what the planner decided for them, and what it returns.
+
+Plain data, shared by the parent (which builds jobs and folds their results into the manifest) and
+the worker processes (which run them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock.probe import SpanSummary
+from ..identity import ProcessDecl, ThreadDecl
+from ..model import Problem, ProcessKey
+from ..plan.sources import Source
+from ..transform.passes import TimeCorrection
+
+SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
+
+
+@dataclass
+class Task:
+    """One file of a job, with everything the planner decided about it."""
+
+    index: int
+    source: Source
+    kind: str
+    host: str
+    owner_key: ProcessKey
+    owner_merged: int
+    anchor_ns: int | None
+    namespace: int
+    correction: TimeCorrection
+    stage_log: Source | None = None  # a Torch trace's RL-Insight event log, to align on (.partners)
+
+
+@dataclass
+class Job:
+    tasks: list[Task]
+    base_ns: int
+    out_format: str  # "json", "json.gz", "pftrace" or "pftrace.gz"
+    planned: dict[ProcessKey, int]
+    titles: dict[int, str]  # merged pid -> process name, for writers that name processes themselves
+    windows: tuple[tuple[int | None, int | None], ...] = ()
+    min_dur_ns: int = 0
+    scope_namespace: int = 0
+    sequence_id: int = 1
+    weight: int = 0
+    spill_path: str | None = None  # where a worker process leaves big outputs (see ..writers.spill)
+    clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
+    clock_tolerance_ns: int = 1_000_000
+
+
+@dataclass
+class Outcome:
+    index: int
+    sha256: str | None = None
+    complete: bool = True
+    read: int = 0
+    kept: int = 0
+    dropped: int = 0
+    filtered: int = 0
+    anchor_ns: int | None = None
+    anchor_source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+    min_ts: int | None = None
+    max_ts: int | None = None
+    skipped: bool = False
+    spans: list[SpanSummary] = field(default_factory=list)  # for the clock causality checks
+    clock: dict[str, Any] | None = None  # per-artifact alignment record (manifest timeline.clock.artifacts)
+
+
+@dataclass
+class JobResult:
+    outcomes: list[Outcome]
+    processes: dict[int, ProcessDecl]
+    threads: dict[tuple[int, int], ThreadDecl]
+    pieces: list[Any]
+    writer_stats: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,291 @@
+"""One unit of parallel work: read a file (or a TokenSpeed rank's files), run the passes, serialise.
+
+A job runs in a worker process and returns bytes ready for the output (JSON pieces, deflated
+pieces, or a protobuf sequence of its own) plus the identities it declared and its counts. At most
+one file's events are alive at a time in a worker: they are serialised and released before the
+next file of the job is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from operator import attrgetter
+
+from ..clock.pair_apply import clock_problems, stack
+from ..clock.pairs import PairAlignment
+from ..clock.partners import RankLinks, StageLinks
+from ..clock.probe import stage_spans
+from ..model import Event, Problem, ProcessKey
+from ..plan.sources import read_content
+from ..readers import ReadContext, ReadResult, reader_for
+from ..readers import chrome_json as chrome_reader
+from ..readers.chrome_json import NotATrace, gc_paused
+from ..transform import fastpath
+from ..transform.passes import IdentityMapper, PassContext, TimeCorrection, run_passes
+from ..writers import chrome_json, spill
+from . import memory
+from .jobs import Job, JobResult, Outcome, Task
+from .pftrace_job import PftraceSink
+
+_in_worker = False  # set in the merge's own worker processes (see init_worker)
+
+
+def init_worker() -> None:
+    """Pool initializer: page reuse between files (see :mod:`.memory`)."""
+    global _in_worker
+    _in_worker = True
+    memory.tune_allocator()
+
+
+def run_job(job: Job) -> JobResult:
+    """Run one job with the garbage collector paused: a job allocates millions of objects that live
+    until it ends (events, flow chains), and collections passing over them cost ~10-20 % of the job."""
+    with gc_paused():
+        return _run_job(job)
+
+
+def _run_job(job: Job) -> JobResult:
+    result = JobResult([], {}, {}, [])
+    pf = PftraceSink(job) if job.out_format.startswith("pftrace") else None
+    rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
+    tasks = rank.order(job.tasks) if rank is not None else job.tasks
+    held: list[_Held] = []
+    spilled = 0
+    deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
+    for task in tasks:
+        out = Outcome(task.index)
+        result.outcomes.append(out)
+        fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
+        read = _read(task, out, job.planned, fast)
+        if read is None:
+            continue
+        events, mapper, res = read
+        correction = task.correction
+        url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
+        aligned: PairAlignment | None = None
+        if rank is not None and task.kind == "viztracer" and rank.hold:
+            events, starts = rank.hold_flows(url, events, res)
+            if starts:
+                held.append(_Held(task, starts, mapper, res, out, fast))
+        elif rank is not None and task.kind == "proton":
+            aligned = rank.align(url, events, res, tol, apply)
+        elif task.kind == "torch" and task.stage_log is not None:
+            aligned = StageLinks.read(task.stage_log).align(url, events, res, tol, apply)
+        if aligned is not None:
+            correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
+        ctx = _context(job, task, correction, mapper, rank)
+        _emit(job, task, events, res, ctx, out, result, pf, fast)
+        if rank is not None and ctx.collect_scopes:
+            rank.scopes = ctx.scopes
+        if _in_worker:
+            memory.keep_arenas(events)
+        del events, res
+        spilled += _spill(job, result, spilled, deflated)
+    if held:
+        for h in held:
+            _emit_held(job, h, rank, result, pf)
+        held.clear()
+        spilled += _spill(job, result, spilled, deflated)
+    if pf is not None:
+        result.pieces, result.writer_stats = pf.close()
+        spilled += _spill(job, result, spilled, deflated)
+    if spilled:
+        assert job.spill_path is not None
+        result.pieces = [spill.Spilled(job.spill_path, spilled, tuple(deflated))]
+    return result
+
+
+def _context(
+    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: RankLinks | None
+) -> PassContext:
+    """A TokenSpeed rank's Proton files collect scope ids; a VizTracer report links its scope flows to
+    those (none outside a rank: its scope flows are dropped as unlinked)."""
+    collect = rank is not None and task.kind == "proton"
+    scopes: set[int] | None = None
+    if collect:
+        scopes = rank.scopes if rank is not None else None
+    elif task.kind == "viztracer":
+        scopes = _linkable(rank)
+    return PassContext(
+        correction=correction,
+        windows=job.windows,
+        min_dur_ns=job.min_dur_ns,
+        mapper=mapper,
+        namespace=task.namespace,
+        scope_namespace=job.scope_namespace,
+        collect_scopes=collect,
+        scopes=scopes,
+    )
+
+
+def _linkable(rank: RankLinks | None) -> set[int]:
+    """The scope ids a VizTracer flow start may link to: what its rank's Proton files recorded."""
+    return (rank.scopes if rank is not None else None) or set()
+
+
+def _emit(
+    job: Job,
+    task: Task,
+    events: list[Event],
+    res: ReadResult,
+    ctx: PassContext,
+    out: Outcome,
+    result: JobResult,
+    pf: PftraceSink | None,
+    fast: bool,
+) -> None:
+    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts."""
+    assert ctx.mapper is not None
+    mapper = ctx.mapper
+    kept = _fast(events, res, ctx.correction, job, ctx, out, result) if fast else run_passes(events, ctx)
+    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
+    out.read, out.dropped = (
+        res.read - res.metadata,
+        res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
+    )
+    _report_dropped(out, res, task.source.url)
+    out.stats = ctx.stats
+    out.filtered = ctx.stats.get("filtered", 0)
+    out.kept = len(kept)
+    if not fast:  # the fused loop counted them
+        out.phases = dict(Counter(map(attrgetter("ph"), kept)))
+    result.processes.update(mapper.processes)
+    result.threads.update(mapper.threads)
+    if pf is not None:
+        pf.add(kept, mapper, out)
+    elif not fast:
+        pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
+        result.pieces.extend(pieces)
+        if kept:
+            out.min_ts, out.max_ts = lo, hi
+
+
+def _spill(job: Job, result: JobResult, before: int, deflated: list[tuple[int, int]]) -> int:
+    """In a worker process, outputs go to the job's part file instead of the pipe (.spill)."""
+    if not (_in_worker and job.spill_path and result.pieces):
+        return 0
+    size = spill.append(job.spill_path, result.pieces, before == 0, deflated)
+    result.pieces.clear()
+    return size
+
+
+def _fast(
+    events: list[Event],
+    res: ReadResult,
+    correction: TimeCorrection,
+    job: Job,
+    ctx: PassContext,
+    out: Outcome,
+    result: JobResult,
+) -> list[Event]:
+    """The fused path (see :mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
+    anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
+    shift = anchor + correction.offset_ns - job.base_ns
+    assert ctx.mapper is not None
+    kept, out.phases, lo, hi = fastpath.to_output(
+        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx
+    )
+    pieces, _, _ = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz", convert=False)
+    result.pieces.extend(pieces)
+    if lo is not None and hi is not None:
+        out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
+    return kept
+
+
+@dataclass
+class _Held:
+    """A VizTracer report's ``viztracer->proton`` flow starts, written after its rank's Proton files."""
+
+    task: Task
+    events: list[Event]
+    mapper: IdentityMapper
+    res: ReadResult
+    out: Outcome
+    fast: bool
+
+
+def _emit_held(
+    job: Job, held: _Held, rank: RankLinks | None, result: JobResult, pf: PftraceSink | None
+) -> None:
+    """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
+    res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
+    sub = Outcome(held.out.index)
+    ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
+    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast)
+    out = held.out
+    out.kept += sub.kept
+    out.dropped += sub.dropped
+    out.filtered += sub.filtered
+    for ph, n in sub.phases.items():
+        out.phases[ph] = out.phases.get(ph, 0) + n
+    for key, n in sub.stats.items():
+        out.stats[key] = out.stats.get(key, 0) + n
+    if sub.min_ts is not None and sub.max_ts is not None:
+        out.min_ts = sub.min_ts if out.min_ts is None else min(out.min_ts, sub.min_ts)
+        out.max_ts = sub.max_ts if out.max_ts is None else max(out.max_ts, sub.max_ts)
+    if res.dropped:  # rare: a flow start with a bad time; one problem line for the whole file
+        out.problems = [p for p in out.problems if p.kind != "dropped_events"]
+        total = held.res.dropped + res.dropped
+        out.problems.append(
+            Problem("dropped_events", held.task.source.url, f"{total} events with invalid fields or values")
+        )
+
+
+def _apply_alignment(
+    aligned: PairAlignment, task: Task, events: list[Event], res: ReadResult, out: Outcome, fast: bool
+) -> tuple[TimeCorrection, list[Event], bool]:
+    """Record an artifact's alignment on its partner; its correction goes on top of the host's."""
+    out.clock = aligned.record
+    out.problems.extend(clock_problems(aligned))
+    correction = stack(task.correction, aligned.correction)
+    if fast and correction.fn is not None:  # a drift line: the fused path only adds a constant
+        res.events, res.deferred = chrome_reader.normalise(events, res.anchor_ns or 0, res), False
+        return correction, res.events, False
+    return correction, events, fast
+
+
+def _report_dropped(out: Outcome, res: ReadResult, path: str) -> None:
+    if res.dropped and not any(p.kind == "dropped_events" for p in out.problems):
+        out.problems.append(
+            Problem("dropped_events", path, f"{res.dropped} events with invalid fields or values")
+        )
+
+
+def _read(
+    task: Task, out: Outcome, planned: dict[ProcessKey, int], defer: bool
+) -> tuple[list[Event], IdentityMapper, ReadResult] | None:
+    content = read_content(task.source)
+    out.sha256, out.complete = content.sha256, content.complete
+    path = task.source.url
+    reader = reader_for(task.kind)
+    owner_pid = task.owner_key.pid if task.owner_key.pid >= 0 else None
+    ctx = ReadContext(path, task.source.name, task.anchor_ns, owner_pid, defer_times=defer)
+    content_error = content.error
+    try:
+        with gc_paused():
+            res = reader.read(content.data, ctx)
+    except NotATrace as exc:
+        out.skipped = True
+        detail = f"{content_error}; nothing readable before the cut" if content_error else str(exc)
+        out.problems.append(Problem("incomplete" if content_error else "not_a_trace", path, detail))
+        return None
+    del content
+    out.complete = out.complete and res.complete
+    out.anchor_ns, out.anchor_source, out.meta = res.anchor_ns, res.anchor_source, res.meta
+    salvage = "; ".join(p.detail for p in res.problems if p.kind == "incomplete")
+    if content_error:
+        out.problems.append(
+            Problem("incomplete", path, f"{content_error}; {salvage}" if salvage else content_error)
+        )
+    out.problems.extend(p for p in res.problems if not (p.kind == "incomplete" and content_error))
+    if res.skip:
+        out.skipped = True
+        out.read = out.dropped = res.read - res.metadata
+        return None
+    return (
+        res.events,
+        IdentityMapper(reader, res, ctx, task.host, task.owner_merged, task.owner_key, planned),
+        res,
+    )

@@ -1,0 +1,139 @@
+""":func:`.passes.namespace_ids` and :func:`.passes.link_scopes`, fed one event at a time by the fused
+loop (:mod:`.fastpath`) in the order those passes would see the events: the same ids, the same counts.
+
+The hot case — a v1 flow event (``s``/``t``/``f``) with an id — is inlined in the loop itself (a method
+call per flow event costs as much as the rest of its work); it keeps its chains in per-(cat, name)
+dicts keyed by id, handed to :meth:`FlowSpace.finish` for the counts. Everything rarer lives here:
+async ids, v2 ``bind_id`` s, TokenSpeed's scope links.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..model import Event
+from .passes import (
+    _ASYNC,
+    _SCOPE_ARGS,
+    _SEQ_BITS,
+    SCOPE_FLOW_CAT,
+    SCOPE_FLOW_NAME,
+    PassContext,
+    _ScopeArgs,
+    scope_flow_id,
+)
+
+_SCOPE_LIST = msgspec.json.Decoder(list[_ScopeArgs])
+SCOPE_ID_MASK = (1 << (_SEQ_BITS - 1)) - 1
+
+
+class FlowSpace:
+    """One artifact's id space (``namespace << 40``) and what its flows add up to."""
+
+    __slots__ = ("base", "binds", "ctx", "linked", "others", "unlinked", "viz_scopes")
+
+    def __init__(self, ctx: PassContext) -> None:
+        self.ctx = ctx
+        self.base = ctx.namespace << _SEQ_BITS
+        self.binds: dict[int, list[int]] = {}  # v2 flows: [id, has start, has end, events]
+        self.others: dict[tuple[Any, ...], int] = {}
+        self.linked = self.unlinked = 0
+        # link_scopes' VizTracer side: flow starts kept only when their rank's Proton saw the scope
+        self.viz_scopes = ctx.scopes if (ctx.scopes is not None and not ctx.collect_scopes) else None
+
+    def add(self, e: Event, ph: str) -> bool:
+        """Any flow-ish event but a v1 flow with an id; False: drop it (a scope link with no scope)."""
+        fid = e.id
+        if ph in _ASYNC and fid is not UNSET:
+            e.id = self._other(("a", e.cat, fid))
+        elif (
+            ph == "s"
+            and self.viz_scopes is not None
+            and e.cat == SCOPE_FLOW_CAT
+            and e.name == SCOPE_FLOW_NAME
+        ):
+            self.unlinked += 1  # a scope link start without an id never matches a scope
+            return False
+        if e.bind_id is not UNSET:
+            self.bind(e)
+        return True
+
+    def bind(self, e: Event) -> None:
+        """A v2 flow endpoint (``bind_id``): the id by value into this artifact's space."""
+        bid = e.bind_id = self._other(("b", e.bind_id))
+        st = self.binds.get(bid)
+        if st is None:
+            st = self.binds[bid] = [bid, 0, 1, 0]
+        st[1] |= e.flow_out is True
+        st[3] += 1
+
+    def scope_prefix(self) -> int:
+        """``scope_flow_id(ns, sid) == scope_prefix() | (sid & SCOPE_ID_MASK)``: for the inlined loop."""
+        return scope_flow_id(self.ctx.scope_namespace, 0)
+
+    def _other(self, key: tuple[Any, ...]) -> int:
+        new = self.others.get(key)
+        if new is None:
+            new = self.others[key] = self.base | ((1 << (_SEQ_BITS - 2)) + len(self.others) + 1)
+        return new
+
+    def finish(
+        self, chains: dict[Any, dict[Any, list[int]]], links: int, unpaired: int, linked: int, unlinked: int
+    ) -> None:
+        """The counts the two passes report; ``chains``: the v1 flows the loop kept inline, ``linked`` /
+        ``unlinked``: the scope link starts it kept / dropped."""
+        self.linked += linked
+        self.unlinked += unlinked
+        ctx = self.ctx
+        if self.viz_scopes is not None:
+            if self.unlinked:
+                ctx.count("unlinked_scope_flows", self.unlinked)
+            ctx.count("flows", self.linked)
+            ctx.count("scope_links", self.linked)
+        for states in [*chains.values(), self.binds]:  # passes._close, inlined: one per flow
+            for st in states.values():
+                if st[1] and st[3] > 1:
+                    links += st[3] - 1
+                else:
+                    unpaired += st[3]
+        ctx.count("flows", links)
+        ctx.count("unpaired_flow_events", unpaired)
+
+
+def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ctx: PassContext) -> None:
+    """link_scopes' Proton side: a flow end on every scope slice with an ``args.scope_id``, appended."""
+    found = ctx.scopes if ctx.scopes is not None else set()
+    prefix, mask, append, unset = scope_flow_id(ctx.scope_namespace, 0), SCOPE_ID_MASK, out.append, UNSET
+    name, cat, end = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT, "e"
+    ends = 0
+    for e, sid in zip(scoped, scope_ids(scoped), strict=True):
+        if sid is None:
+            continue
+        found.add(sid)
+        # Event(ph="f", name=..., cat=..., pid, tid, ts, id=scope_flow_id(ns, sid), bp="e"), positionally
+        end_event = Event("f", name, cat, e.pid, e.tid, e.ts, unset, prefix | (sid & mask))
+        end_event.bp = end
+        append(end_event)
+        ends += 1
+    ctx.scopes = found
+    ctx.count("scope_ends", ends)
+    if ends:
+        counts["f"] = counts.get("f", 0) + ends
+
+
+def scope_ids(scoped: list[Event]) -> list[int | None]:
+    """Every ``args.scope_id`` in one decode (one call per scope costs more than the loop around it)."""
+    try:
+        raw = b"[" + b",".join([e.args for e in scoped]) + b"]"  # type: ignore[misc]
+        return [v.scope_id for v in _SCOPE_LIST.decode(raw)]
+    except msgspec.DecodeError:  # one odd scope: decode them one by one, as link_scopes does
+        ids: list[int | None] = []
+        for e in scoped:
+            try:
+                ids.append(_SCOPE_ARGS.decode(e.args).scope_id)  # type: ignore[arg-type]
+            except msgspec.DecodeError:
+                ids.append(None)
+        return ids

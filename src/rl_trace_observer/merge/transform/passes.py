@@ -1,0 +1,338 @@
+"""The merge's passes: small, with one shape, listed in one place (``PASSES``), run in that order.
+
+Each pass takes the events of one artifact and its :class:`PassContext` and returns the events to
+keep, in their original order (passes never reorder: per-thread order is what the source wrote).
+They mutate the events they are given — the reader made them for this artifact alone — and report
+what they did into ``ctx.stats``.
+
+1. ``correct_time``: the artifact's clock correction (``ts_ns -> ts_ns``; identity until clock
+   alignment supplies one), applied to start and end so durations follow drift.
+2. ``filter_events``: time window and minimum duration.
+3. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
+   a global instant (``"s": "g"``) stays on its owner, declaring nothing.
+4. ``drop_overlaps``: the slices Perfetto would drop for overlapping their parent (:mod:`.nesting`).
+5. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
+   same ``args.scope_id`` of the same rank; unmatched starts are dropped.
+6. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
+   reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
+   every step and end after it with its id, until the next start: Perfetto links each end to the
+   start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
+from ..model import Event, ProcessKey
+from ..readers.base import ReadContext, Reader, ReadResult
+from .nesting import by_lane, drop_victims
+
+
+class _ScopeArgs(msgspec.Struct, gc=False):
+    scope_id: int | None = None
+
+
+_SCOPE_ARGS = msgspec.json.Decoder(_ScopeArgs)
+SCOPE_FLOW_NAME = "viztracer->proton"
+SCOPE_FLOW_CAT = "tokenspeed.proton"
+_FLOW_V1 = frozenset("stf")
+_ASYNC = frozenset("ben")
+_SEQ_BITS = 40
+
+
+@dataclass(frozen=True)
+class TimeCorrection:
+    """``ts_ns -> ts_ns`` for one artifact: an offset, or any monotonic function (drift)."""
+
+    offset_ns: int = 0
+    fn: Callable[[int], int] | None = None
+    method: str = "none"
+
+    @property
+    def is_identity(self) -> bool:
+        return self.fn is None and self.offset_ns == 0
+
+    def __call__(self, ts_ns: int) -> int:
+        return self.fn(ts_ns) if self.fn is not None else ts_ns + self.offset_ns
+
+
+IDENTITY = TimeCorrection()
+
+
+class IdentityMapper:
+    """Source (pid, tid) → merged (pid, tid) for one artifact; remembers what it declared."""
+
+    def __init__(
+        self,
+        reader: Reader,
+        result: ReadResult,
+        ctx: ReadContext,
+        host: str,
+        owner_merged: int,
+        owner_key: ProcessKey | None,
+        planned: dict[ProcessKey, int],
+    ) -> None:
+        self.reader, self.result, self.ctx = reader, result, ctx
+        self.host, self.owner_merged, self.owner_key, self.planned = host, owner_merged, owner_key, planned
+        self.processes: dict[int, ProcessDecl] = {}
+        self.threads: dict[tuple[int, int], ThreadDecl] = {}
+        self._pids: dict[Any, int] = {}
+
+    def pid(self, spid: Any) -> int:
+        merged = self._pids.get(spid)
+        if merged is not None:
+            return merged
+        what = self.reader.process_of(spid, self.result, self.ctx)
+        source_name = self.result.process_names.get(spid)
+        if isinstance(what, str):
+            merged = self.owner_merged + sub_slot(what)
+            decl = ProcessDecl(merged, self.owner_key, what, source_name)
+        else:
+            key = ProcessKey(self.host, what)
+            merged = self.planned.get(key) or fallback_pid(key)
+            decl = ProcessDecl(merged, key, None, source_name)
+        self._pids[spid] = merged
+        self.processes.setdefault(merged, decl)
+        return merged
+
+    def resolve(self, spid: Any, stid: Any) -> tuple[int, int]:
+        if isinstance(stid, int) and not 0 <= stid < 1 << 32:  # Perfetto puts these on the pid's thread
+            stid = spid if isinstance(spid, int) and 0 <= spid < 1 << 32 else 0
+        mpid = self.pid(spid)
+        lane = self.reader.lane_of(spid, stid, self.result)
+        mtid = merged_tid(self.reader.order, stid if stid is not UNSET else lane)
+        if (mpid, mtid) not in self.threads:
+            sort = (self.reader.order << 24) + (mtid & 0xFFFFFF)
+            self.threads[(mpid, mtid)] = ThreadDecl(mpid, mtid, f"{self.reader.label} · {lane}", sort)
+        return mpid, mtid
+
+
+@dataclass
+class PassContext:
+    """Everything the passes need to know about one artifact, and what they report back."""
+
+    correction: TimeCorrection = IDENTITY
+    windows: tuple[tuple[int | None, int | None], ...] = ()  # keep events overlapping any (absolute ns)
+    min_dur_ns: int = 0
+    mapper: IdentityMapper | None = None
+    namespace: int = 0  # this artifact's id space (< 2**23)
+    scope_namespace: int = 0  # its rank group's id space for scope links (TokenSpeed)
+    # the scope ids its rank's Proton files recorded; None: this artifact links no scopes
+    scopes: set[int] | None = None
+    collect_scopes: bool = False
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+
+def correct_time(events: list[Event], ctx: PassContext) -> list[Event]:
+    corr = ctx.correction
+    if corr.is_identity:
+        return events
+    if corr.fn is None:
+        off = corr.offset_ns
+        for e in events:
+            e.ts += off  # type: ignore[operator]
+        return events
+    negative = 0  # a correction that is not monotonic (across a wall-clock jump) can invert a span
+    for e in events:
+        ts: Any = e.ts
+        start = corr(ts)
+        if e.dur is not UNSET:
+            dur = corr(ts + e.dur) - start
+            if dur < 0:
+                negative += 1
+                dur = 0
+            e.dur = dur
+        e.ts = start
+    if negative:
+        ctx.count("negative_durations", negative)  # reported by the clock causality checks
+    return events
+
+
+def filter_events(events: list[Event], ctx: PassContext) -> list[Event]:
+    min_dur = ctx.min_dur_ns
+    if not ctx.windows and min_dur <= 0:
+        return events
+    spans = [
+        (lo if lo is not None else -(1 << 63), hi if hi is not None else 1 << 63) for lo, hi in ctx.windows
+    ]
+    out = []
+    for e in events:
+        ph = e.ph
+        if ph in ("B", "E"):  # an unmatched B/E would corrupt its thread: kept whole
+            out.append(e)
+            continue
+        ts = e.ts
+        end = ts + (e.dur if e.dur is not UNSET else 0)  # type: ignore[operator]
+        if ph == "X" and end - ts < min_dur:  # type: ignore[operator]
+            continue
+        if spans and not any(ts <= hi and end >= lo for lo, hi in spans):  # type: ignore[operator]
+            continue
+        out.append(e)
+    ctx.count("filtered", len(events) - len(out))
+    return out
+
+
+def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
+    mapper = ctx.mapper
+    if mapper is None:
+        return events
+    cache: dict[tuple[Any, Any], tuple[int, int]] = {}
+    last_key: tuple[Any, Any] | None = None
+    last: tuple[int, int] = (0, 0)
+    global_pid = mapper.owner_merged
+    for e in events:
+        if e.s == "g" and e.ph in ("i", "I"):
+            e.pid, e.tid = global_pid, 0
+            continue
+        key = (e.pid, e.tid)
+        if key != last_key:
+            found = cache.get(key)
+            if found is None:
+                found = cache[key] = mapper.resolve(e.pid, e.tid)
+            last_key, last = key, found
+        e.pid, e.tid = last
+    return events
+
+
+def drop_overlaps(events: list[Event], ctx: PassContext) -> list[Event]:
+    dropped = drop_victims(events, by_lane(events), int)
+    if dropped:
+        ctx.count("overlapping_slices", dropped)
+    return events
+
+
+def scope_flow_id(namespace: int, scope_id: int) -> int:
+    """A scope link's id in its rank's id space (bit 39 keeps it apart from namespaced flow ids)."""
+    return (namespace << _SEQ_BITS) | (1 << (_SEQ_BITS - 1)) | (scope_id & 0x7FFFFFFFFF)
+
+
+def link_scopes(events: list[Event], ctx: PassContext) -> list[Event]:
+    """Proton (``collect_scopes``): end a scope flow on every scope with an ``args.scope_id``, right
+    where the scope is (so a protobuf writer can bind it as it writes the slice). VizTracer (``scopes``
+    set): keep the flow starts whose scope Proton recorded, in the same id space; drop the others."""
+    if ctx.collect_scopes:
+        found = ctx.scopes if ctx.scopes is not None else set()
+        ends = []
+        for e in events:
+            if e.cat == "scope" and e.ph == "X" and e.args is not UNSET:
+                try:
+                    sid = _SCOPE_ARGS.decode(e.args).scope_id
+                except msgspec.DecodeError:
+                    continue
+                if sid is not None:
+                    found.add(sid)
+                    fid = scope_flow_id(ctx.scope_namespace, sid)
+                    ends.append(
+                        Event(
+                            ph="f",
+                            name=SCOPE_FLOW_NAME,
+                            cat=SCOPE_FLOW_CAT,
+                            pid=e.pid,
+                            tid=e.tid,
+                            ts=e.ts,
+                            id=fid,
+                            bp="e",
+                        )
+                    )
+        ctx.scopes = found
+        ctx.count("scope_ends", len(ends))
+        events.extend(ends)
+        return events
+    if ctx.scopes is None:  # not a TokenSpeed VizTracer report: nothing to link
+        return events
+    out = []
+    linked = 0
+    for e in events:
+        if e.ph != "s" or e.name != SCOPE_FLOW_NAME or e.cat != SCOPE_FLOW_CAT:
+            out.append(e)
+        elif isinstance(e.id, int) and e.id in ctx.scopes:
+            e.id = scope_flow_id(ctx.scope_namespace, e.id)
+            out.append(e)
+            linked += 1
+        else:
+            ctx.count("unlinked_scope_flows")
+    ctx.count("flows", linked)
+    ctx.count("scope_links", linked)
+    return out
+
+
+def namespace_ids(events: list[Event], ctx: PassContext) -> list[Event]:
+    """Flow v1 ids by (cat, name, id) and generation, async ids by (cat, id), bind ids by value."""
+    base = ctx.namespace << _SEQ_BITS
+    flows: dict[tuple[Any, Any, Any], list[int]] = {}  # key -> [new id, has start, has end, events]
+    others: dict[tuple[Any, ...], int] = {}
+    links = unpaired = 0
+    n = 0
+    for e in events:
+        ph = e.ph
+        fid = e.id
+        if ph in _FLOW_V1 and fid is not UNSET:
+            cat = e.cat
+            if cat == SCOPE_FLOW_CAT and e.name == SCOPE_FLOW_NAME:
+                continue  # already placed in its rank's scope id space by link_scopes
+            key = (cat, e.name, fid)
+            st = flows.get(key)
+            if st is None:
+                n += 1
+                st = flows[key] = [base | n, 0, 0, 0]
+            elif ph == "s" and st[1]:  # a second start: a new flow (more ends are more links)
+                links, unpaired = _close(st, links, unpaired)
+                n += 1
+                st[0], st[1], st[2], st[3] = base | n, 0, 0, 0
+            if ph == "s":
+                st[1] = 1
+            elif ph == "f":
+                st[2] = 1
+            st[3] += 1
+            e.id = st[0]
+        elif ph in _ASYNC and fid is not UNSET:
+            e.id = _other(others, ("a", e.cat, fid), base)
+        if e.bind_id is not UNSET:
+            bid = e.bind_id = _other(others, ("b", e.bind_id), base)
+            st = flows.setdefault(("bind", None, bid), [bid, 0, 1, 0])
+            st[1] |= e.flow_out is True
+            st[3] += 1
+    for st in flows.values():
+        links, unpaired = _close(st, links, unpaired)
+    ctx.count("flows", links)
+    ctx.count("unpaired_flow_events", unpaired)
+    return events
+
+
+def _close(st: list[int], links: int, unpaired: int) -> tuple[int, int]:
+    """A finished chain: s → t… → f makes (events − 1) flows in Perfetto; without a start, none."""
+    if st[1] and st[3] > 1:
+        return links + st[3] - 1, unpaired
+    return links, unpaired + st[3]
+
+
+def _other(table: dict[tuple[Any, ...], int], key: tuple[Any, ...], base: int) -> int:
+    new = table.get(key)
+    if new is None:
+        new = table[key] = base | ((1 << (_SEQ_BITS - 2)) + len(table) + 1)
+    return new
+
+
+PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
+    correct_time,
+    filter_events,
+    remap_identity,
+    drop_overlaps,
+    link_scopes,
+    namespace_ids,
+)
+
+
+def run_passes(events: list[Event], ctx: PassContext) -> list[Event]:
+    for p in PASSES:
+        events = p(events, ctx)
+    return events
