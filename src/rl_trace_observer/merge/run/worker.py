@@ -180,7 +180,7 @@ def _fast(
     out: Outcome,
     result: JobResult,
 ) -> list[Event]:
-    """The fused path (see :mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
+    """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
     anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
     shift = anchor + correction.offset_ns - job.base_ns
     assert ctx.mapper is not None
