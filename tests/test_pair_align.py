@@ -1,4 +1,4 @@
-"""Per-artifact alignment inside one process (merge.pair_align, merge.pair_extract).
+"""Per-artifact alignment inside one process (merge.clock.pairs, merge.clock.pair_events).
 
 Ground truth comes from the synthetic TokenSpeed writer (``RankFiles.proton_offset_ns`` and the
 drift it injected) and from hand-built pairs with known offsets and partner delays.
@@ -464,7 +464,7 @@ def test_corrections_stack_on_the_host_correction_and_pickle() -> None:
 def test_importing_pair_alignment_is_light() -> None:
     code = """
         import json, sys
-        import rl_trace_observer.merge.pair_align, rl_trace_observer.merge.pair_extract
+        import rl_trace_observer.merge.clock.pairs, rl_trace_observer.merge.clock.pair_events
         print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
                                 ("torch", "ray", "verl", "numpy", "pandas", "viztracer"))))
     """
