@@ -32,6 +32,7 @@ class MergeOptions:
     manifest: str | None = None
     clock_mode: str = "auto"  # auto | aligned | wall (see merge.clock.hosts)
     clock_tolerance_us: float = 1000.0
+    shards: str | None = None  # also write span shards (Parquet) into this directory (.shards)
     progress: Callable[[int, int], None] | None = field(default=None, repr=False)
 
 

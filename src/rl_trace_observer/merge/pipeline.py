@@ -73,6 +73,10 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     manifest["elapsed_s"] = round(time.monotonic() - started, 3)
     written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
     manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
+    if written and opts.shards:
+        from .shards.document import finish
+
+        finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
     write_manifest(manifest_path, manifest)
     code = 0 if written and not (opts.strict and manifest["problems"]) else 1
     return MergeResult(str(out_path), str(manifest_path), manifest, code, problems)

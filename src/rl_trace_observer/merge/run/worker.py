@@ -12,6 +12,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
@@ -28,6 +29,9 @@ from ..writers import chrome_json, spill
 from . import memory
 from .jobs import Job, JobResult, Outcome, Task
 from .pftrace_job import PftraceSink
+
+if TYPE_CHECKING:
+    from ..shards.sink import ShardSink
 
 _in_worker = False  # set in the merge's own worker processes (see init_worker)
 
@@ -52,6 +56,7 @@ def _run_job(job: Job) -> JobResult:
     rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
     tasks = rank.order(job.tasks) if rank is not None else job.tasks
     held: list[_Held] = []
+    sink = _shard_sink(job)
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
     for task in tasks:
@@ -76,7 +81,7 @@ def _run_job(job: Job) -> JobResult:
         if aligned is not None:
             correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
         ctx = _context(job, task, correction, mapper, rank)
-        _emit(job, task, events, res, ctx, out, result, pf, fast)
+        _emit(job, task, events, res, ctx, out, result, pf, fast, sink)
         if rank is not None and ctx.collect_scopes:
             rank.scopes = ctx.scopes
         if _in_worker:
@@ -85,7 +90,7 @@ def _run_job(job: Job) -> JobResult:
         spilled += _spill(job, result, spilled, deflated)
     if held:
         for h in held:
-            _emit_held(job, h, rank, result, pf)
+            _emit_held(job, h, rank, result, pf, sink)
         held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
@@ -94,7 +99,18 @@ def _run_job(job: Job) -> JobResult:
     if spilled:
         assert job.spill_path is not None
         result.pieces = [spill.Spilled(job.spill_path, spilled, tuple(deflated))]
+    if sink is not None:
+        result.shards = sink.close()
     return result
+
+
+def _shard_sink(job: Job) -> ShardSink | None:
+    """Span rows for ``--shards`` (pyarrow, imported only then)."""
+    if job.shards is None:
+        return None
+    from ..shards.sink import ShardSink
+
+    return ShardSink(job.shards, job.sequence_id)
 
 
 def _context(
@@ -135,11 +151,14 @@ def _emit(
     result: JobResult,
     pf: PftraceSink | None,
     fast: bool,
+    sink: ShardSink | None = None,
 ) -> None:
     """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts."""
     assert ctx.mapper is not None
     mapper = ctx.mapper
     kept = _fast(events, res, ctx.correction, job, ctx, out, result) if fast else run_passes(events, ctx)
+    if sink is not None:  # span rows of exactly what the writers get (fast: output µs from the base)
+        sink.add(kept, task, mapper, job.base_ns if fast else None)
     out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
@@ -207,13 +226,18 @@ class _Held:
 
 
 def _emit_held(
-    job: Job, held: _Held, rank: RankLinks | None, result: JobResult, pf: PftraceSink | None
+    job: Job,
+    held: _Held,
+    rank: RankLinks | None,
+    result: JobResult,
+    pf: PftraceSink | None,
+    sink: ShardSink | None = None,
 ) -> None:
     """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
     res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
     sub = Outcome(held.out.index)
     ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
-    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast)
+    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast, sink)
     out = held.out
     out.kept += sub.kept
     out.dropped += sub.dropped
