@@ -221,17 +221,12 @@ def run_all(
                 lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
                 if lows and min(lows) < base:
                     raise Rebase(min(lows))
-                _collect(state, res)
-                state.shard_parts.extend(res.shards)
+                fold(state, res)
                 kept += sum(o.kept for o in res.outcomes)
                 writer.add(res.pieces)
-                _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
             if not kept:
                 raise NothingUsable(state)
-            if isinstance(writer, ChromeJsonWriter):
-                writer.close(_metadata(state))
-            else:  # packets are self-contained; the clock statement is one more
-                writer.close(clock.pftrace_metadata())
+            close_output(writer, state, clock)
             f.flush()
     except BaseException:
         spill.remove_parts(out)
@@ -267,6 +262,26 @@ def trace_header(base: int, clock: ClockChoice) -> dict[str, Any]:
         "clock": clock.section.get("mode", "wall"),
         "clock_alignment": clock.trace_metadata(),  # method, worst uncertainty, reference
     }
+
+
+def close_output(writer: ChromeJsonWriter | PacketsOut, state: RunState, clock: ClockChoice) -> None:
+    """The output's last bytes: process/thread names (JSON), the clock statement (protobuf)."""
+    if isinstance(writer, ChromeJsonWriter):
+        writer.close(_metadata(state))
+    else:  # packets are self-contained; the clock statement is one more
+        writer.close(clock.pftrace_metadata())
+
+
+def fold(state: RunState, res: JobResult) -> None:
+    """A finished job's identities, outcomes, shard parts and writer counts into the run's state."""
+    _collect(state, res)
+    state.shard_parts.extend(res.shards)
+    _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
+
+
+def open_output(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
+    """The writer that stitches job pieces into the output (its header first)."""
+    return _writer(f, fmt, base, clock)
 
 
 def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
