@@ -9,6 +9,7 @@ either way the jobs it finished are kept, and the others are named.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +81,9 @@ class Receiver:
             self.finished = True
 
     def _job(self, done: JobDone) -> None:
+        self.run.bytes_received += len(
+            pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
+        )  # as it travelled
         if self.waiting:
             raise StoreError(f"node moved on before sending {sorted(self.waiting)}")
         self.current = done

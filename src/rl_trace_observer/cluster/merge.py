@@ -15,12 +15,13 @@ import pickle
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..integrations.ray.collect import SurveyedNode, connect, on_each_node, survey
 from ..integrations.ray.collect_copy import _one_line
+from ..integrations.ray.collect_dest import safe_name
 from ..integrations.ray.collect_expect import AmbiguousRun, dead_node_reports
 from ..merge.manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
 from ..merge.manifest.fill import fill_manifest
@@ -112,7 +113,8 @@ def _check(output: str) -> tuple[str, Path]:
 def ray_merge(
     output: str, options: MergeOptions | None = None, cluster: ClusterOptions | None = None
 ) -> MergeResult:
-    """Merge every node's output directory of the running Ray cluster into ``output``.
+    """Merge every node's output directory of the running Ray cluster into ``output`` (``{run_id}``
+    in it becomes the run's id, known once the nodes are surveyed).
 
     Raises :class:`UsageError` for bad arguments (several runs and no ``options.run``, no Ray);
     node failures are in the manifest (``cluster.nodes``, problems of kind ``node``)."""
@@ -141,12 +143,15 @@ def _default_dir(copts: ClusterOptions) -> str | None:
 
 def _ray_merge(ray: Any, fmt: str, out: Path, opts: MergeOptions, copts: ClusterOptions) -> MergeResult:
     started = time.monotonic()
-    manifest_path = Path(opts.manifest) if opts.manifest else manifest_path_for(out)
     overrides = {k: str(v) for k, v in copts.node_output_dirs.items()}
     try:
         sv = survey(ray, _default_dir(copts), overrides, opts.run, lambda _run: [], copts.list_timeout_s)
     except AmbiguousRun as exc:
         raise UsageError(str(exc)) from None
+    out = Path(str(out).replace("{run_id}", sv.run_id))
+    if opts.shards:
+        opts = replace(opts, shards=opts.shards.replace("{run_id}", sv.run_id))
+    manifest_path = Path(opts.manifest) if opts.manifest else manifest_path_for(out)
     leaders = sv.leaders
     runs = {n.report.node_id: NodeRun(n.report.label, n.report.node_id, n.report.hostname) for n in leaders}
     inputs = [f"ray:{n.report.label}:{n.report.output_dir}" for n in leaders]
@@ -319,7 +324,7 @@ def _run_nodes(
 
 
 def _survey_problems(sv: Any) -> list[Problem]:
-    alive = {(n.report.label, n.report.address): n.report.label for n in sv.nodes}
+    alive = {(safe_name(n.hostname), n.report.address): n.report.label for n in sv.nodes}  # as collect
     out = []
     for rep in dead_node_reports(sv.dead, alive, {}):
         if rep.status == "dead":

@@ -135,8 +135,8 @@ def _finish(work: Path, item: NodeJob, out: JobResult | tuple[str, Any]) -> tupl
         done.error = value if kind == "error" else None
         return done, []
     path, size, deflated = _piece_file(work, item, out)
-    shards = out.shards
-    out.pieces, out.shards = [], []
+    shards = out.shards  # kept in the result too: the driver folds them like a local merge's
+    out.pieces = []
     files = [path] + [work / "shards" / p["path"] for p in shards]
     return JobDone(item.key, out, size, deflated, shards), files
 

@@ -21,6 +21,7 @@ from .plan.plan import Plan
 from .plan.selection import Selection, select, window_ns
 from .plan.sources import InputError, discover
 from .run.execute import NothingUsable, run_all
+from .shards.layout import is_shards_dir
 
 __all__ = ["MergeOptions", "MergeResult", "UsageError", "merge", "merge_steps"]
 
@@ -35,6 +36,10 @@ def _options_dict(opts: MergeOptions) -> dict[str, Any]:
 
 def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
     opts = options or MergeOptions()
+    if len(inputs) == 1 and is_shards_dir(inputs[0]):  # a view: written from the rows, not the inputs
+        from .shards.view import merge_view
+
+        return merge_view(inputs[0], output, opts)
     out_path = Path(output)
     fmt = output_format(output)
     if "://" in output:
@@ -146,6 +151,12 @@ def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = N
     the run recorded a window for."""
     opts = options or MergeOptions()
     output_format(output)
+    if len(inputs) == 1 and is_shards_dir(inputs[0]):
+        from .shards.view import split_views
+
+        return split_views(inputs[0], output, opts)
+    if opts.shards:
+        raise UsageError("--shards with --split-steps: write the shards once, then split them into views")
     if opts.steps:
         steps = sorted({s for lo, hi in opts.steps for s in range(lo, hi + 1)})
     else:

@@ -8,6 +8,7 @@ from ..identity import process_title
 from ..plan.plan import Plan
 from ..run.execute import RunState
 from ..run.jobs import SLICE_PHASES
+from .ui import ui_section
 
 
 def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None:
@@ -63,7 +64,9 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     manifest["counts"] = counts
     manifest["timeline"]["clock"].setdefault("artifacts", []).extend(pair_records)
     manifest["timeline"].update({"base_ns": state.base_ns, "start_ns": lo, "end_ns": hi})
-    manifest["output"].update({"size": state.output_size, "written": state.written})
+    manifest["output"].update(
+        {"size": state.output_size, "written": state.written, "ui_memory": ui_section(counts)}
+    )
     manifest["artifacts"] = [a.info.as_dict() for a in plan.artifacts]
     manifest["ignored"] = plan.ignored
     manifest["runs"] = [{"run_id": r, "processes": n} for r, n in sorted(plan.runs.items())]
