@@ -101,6 +101,24 @@ def test_demo_report_numbers(demo: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_demo_report_from_span_shards_equals_the_report_from_json(demo: dict[str, Any]) -> None:
+    """Issue 15: the report of the .pftrace run, read from its span shards, is the report of the
+    .json.gz; only what describes the source itself differs (its path, loader, manifest and the
+    merge's own output counts, which include the protobuf writer's)."""
+    from rl_trace_observer.analysis.report.output import summarize
+
+    out: Path = demo["out"]
+    from_json, from_pftrace = summarize(out / "trace.json.gz"), summarize(out / "trace.pftrace")
+    assert from_pftrace["source"]["loader"] == "shards"
+    for s in (from_json, from_pftrace):
+        for key in ("path", "loader", "manifest"):
+            s["source"].pop(key)
+        s["artifacts"].pop("counts")
+    assert from_pftrace == from_json
+    assert from_json["steps"] and from_json["metrics"]
+
+
+@pytest.mark.slow
 def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str, Any]) -> None:
     """The run's start and end and the profiled step's boundaries are measured over Ray (the node
     responder is started before the step, the measurements flushed before collection), and the

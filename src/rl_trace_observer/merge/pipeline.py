@@ -45,6 +45,8 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     if "://" in output:
         raise UsageError(f"{output}: the output must be a local path")
     manifest_path = Path(opts.manifest) if opts.manifest else manifest_path_for(output)
+    if opts.shards:
+        _shards_ready(opts.shards)
     try:
         sources = discover(inputs)
     except InputError as exc:
@@ -85,6 +87,18 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     write_manifest(manifest_path, manifest)
     code = 0 if written and not (opts.strict and manifest["problems"]) else 1
     return MergeResult(str(out_path), str(manifest_path), manifest, code, problems)
+
+
+def _shards_ready(shards: str) -> None:
+    """pyarrow is there and the shard directory is not one of the inputs' files (one clear line)."""
+    from .shards.arrow import ShardsUnavailable, pyarrow
+
+    try:
+        pyarrow()
+    except ShardsUnavailable as exc:
+        raise UsageError(f"--shards {shards}: {exc}") from None
+    if "://" in shards:
+        raise UsageError(f"--shards {shards}: span shards are written to a local directory")
 
 
 def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, manifest: dict[str, Any]) -> Any:

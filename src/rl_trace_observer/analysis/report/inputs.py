@@ -38,8 +38,9 @@ class ResolvedInput:
     shards: Path | None = None  # span shards to read instead of the trace (merge --shards)
 
 
-def merge(inputs: list[Path], output: Path) -> Path:
-    """Merge ``inputs`` into ``output`` (format by suffix); returns the manifest path.
+def merge(inputs: list[Path], output: Path, shards: Path | None = None) -> Path:
+    """Merge ``inputs`` into ``output`` (format by suffix; span shards into ``shards`` when given);
+    returns the manifest path.
 
     Raises ``InputError`` when nothing usable was merged (the manifest says why).
     """
@@ -47,7 +48,8 @@ def merge(inputs: list[Path], output: Path) -> Path:
     from ...merge.pipeline import merge as run_merge
 
     try:
-        result = run_merge([str(p) for p in inputs], str(output), MergeOptions())
+        opts = MergeOptions(shards=str(shards) if shards is not None else None)
+        result = run_merge([str(p) for p in inputs], str(output), opts)
     except UsageError as exc:
         raise InputError(str(exc)) from None
     if not result.written:

@@ -77,7 +77,9 @@ class OwnOutputReader:
         start = head.data[:512]
         if b'"rl_trace_observer"' in start or MANIFEST_SCHEMA_PREFIX.encode() in head.data:
             return 100
-        if b'"rl-trace-shards/' in start or (start[:4] == b"PAR1" and head.source.name.startswith("part-")):
+        if b'"rl-trace-spans/' in head.data or (
+            start[:4] == b"PAR1" and head.source.name.startswith("part-")
+        ):
             return 100  # span shards (`merge --shards`) written inside an input directory
         if head.source.name.endswith(".manifest.json") and b'"artifacts"' in start:
             return 100  # a long manifest: its keys are sorted, "schema" comes late
