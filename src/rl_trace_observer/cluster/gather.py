@@ -31,7 +31,9 @@ class NodeRun:
     jobs: int = 0
     reused: int = 0  # jobs found finished in the store (an earlier run)
     converted: int = 0
-    bytes_received: int = 0
+    bytes_received: int = 0  # everything that came from the node, of which:
+    bytes_pieces: int = 0  # output pieces (compressed for .gz outputs)
+    bytes_shards: int = 0  # span shard parts
     raw_bytes: int = 0  # what the node's selected input files hold (what collect would move)
     seconds: float = 0.0
     memory: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +62,10 @@ class Receiver:
             view = chunk_view(msg[1])
             self.landing.write(view)
             self.run.bytes_received += view.nbytes
+            if self.rel.startswith("shards/"):
+                self.run.bytes_shards += view.nbytes
+            else:
+                self.run.bytes_pieces += view.nbytes
         elif kind == "job":
             self._job(msg[1])
         elif kind == "file":

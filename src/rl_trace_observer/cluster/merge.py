@@ -377,6 +377,8 @@ def _cluster_section(
         "jobs_reused": sum(r.reused for r in runs.values()),
         "raw_bytes": sum(r.raw_bytes for r in runs.values()),
         "bytes_to_driver": sum(r.bytes_received for r in runs.values()),
+        "bytes_pieces": sum(r.bytes_pieces for r in runs.values()),
+        "bytes_shards": sum(r.bytes_shards for r in runs.values()),
         "nodes": nodes,
         "seconds": round(time.monotonic() - started, 3),
     }
