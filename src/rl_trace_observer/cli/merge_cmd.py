@@ -62,18 +62,23 @@ def _report(results: list[Any]) -> int:
     return code
 
 
-def _ray(
-    output: str,
-    opts: Any,
-    inputs: list[str] | None,
-    split_steps: bool,
-    address: str | None,
-    output_dir: str | None,
-    node_dir: list[str] | None,
-    node_workers: int,
+def _cluster(
+    address: str | None, output_dir: str | None, node_dir: list[str] | None, node_workers: int, stall_s: float
 ) -> Any:
-    from ..cluster.merge import ClusterOptions, ray_merge
+    from ..cluster.merge import ClusterOptions
     from .collect_cmd import node_dirs
+
+    return ClusterOptions(
+        address=address,
+        output_dir=output_dir,
+        node_output_dirs=node_dirs(node_dir),
+        node_workers=node_workers,
+        stall_timeout_s=stall_s,
+    )
+
+
+def _ray(output: str, opts: Any, inputs: list[str] | None, split_steps: bool, cluster: Any) -> Any:
+    from ..cluster.merge import ray_merge
 
     if inputs:
         raise ValueError(
@@ -83,12 +88,6 @@ def _ray(
         raise ValueError(
             "--ray with --split-steps: merge once with --shards DIR, then: rl-trace merge DIR --split-steps"
         )
-    cluster = ClusterOptions(
-        address=address,
-        output_dir=output_dir,
-        node_output_dirs=node_dirs(node_dir),
-        node_workers=node_workers,
-    )
     return ray_merge(output, opts, cluster)
 
 

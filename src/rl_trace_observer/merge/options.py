@@ -58,7 +58,10 @@ def output_format(output: str) -> str:
     for suffix, fmt in FORMATS.items():
         if output.endswith(suffix):
             return fmt
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
+    raise UsageError(
+        f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz "
+        "(.tar: a Perfetto v58+ archive, written from span shards)"
+    )
 
 
 def default_workers() -> int:

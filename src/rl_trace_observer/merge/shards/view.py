@@ -41,6 +41,17 @@ from .layout import ShardsError
 _FLOW_PHASES = ("s", "t", "f")
 
 
+@dataclass(frozen=True)
+class ViewSelection:
+    """Which rows a view holds, and (a Perfetto archive's per-host files) how its times move."""
+
+    steps: list[int] | None = None  # None: every step (and none)
+    roles: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    shift_ns: int = 0  # added to every time (a host's own clock: its measured offset)
+    base_ns: int | None = None  # the timeline origin written (default: the shards')
+
+
 @dataclass
 class _Mapper:
     """What the protobuf writer asks a job's identity mapper for: the tracks it declares."""
@@ -50,8 +61,12 @@ class _Mapper:
 
 
 def merge_view(shards_dir: str, output: str, opts: MergeOptions) -> MergeResult:
-    """One view of the shards in ``shards_dir`` (selection: ``opts.steps``, ``opts.roles``)."""
-    fmt = output_format(output)
+    """One view of the shards in ``shards_dir`` (selection: ``opts.steps``, ``opts.roles``; a ``.tar``
+    output is a Perfetto v58+ archive of every host, :mod:`.archive`)."""
+    archive = output.endswith(".tar")
+    if archive and (opts.steps or opts.roles):
+        raise UsageError(f"{output}: a Perfetto archive holds the whole run (no --step or --role)")
+    fmt = "tar" if archive else output_format(output)
     unsupported = [
         name
         for name, on in (
@@ -79,7 +94,14 @@ def merge_view(shards_dir: str, output: str, opts: MergeOptions) -> MergeResult:
         "trace": shards.doc.get("trace", {}).get("path"),
     }
     try:
-        counts, state = _write(shards, out, fmt, steps, tuple(opts.roles))
+        if archive:
+            from .archive import write_archive
+
+            made = write_archive(shards_dir, output)
+            counts, state = made.pop("counts"), list[dict[str, Any]]()
+            manifest["archive"] = made
+        else:
+            counts, state = write_rows(shards, out, fmt, ViewSelection(steps, tuple(opts.roles)))
     except _Empty:  # nothing selected: an earlier file at ``output`` stays as it was
         counts, state = {"events_kept": 0}, []
         manifest["problems"] = [
@@ -132,17 +154,19 @@ def split_views(shards_dir: str, output: str, opts: MergeOptions) -> list[MergeR
 
 
 # ------------------------------------------------------------------------------------- writing
-def _jobs(shards: Shards, steps: list[int] | None) -> dict[int, list[Path]]:
+def _jobs(shards: Shards, steps: list[int] | None, hosts: tuple[str, ...]) -> dict[int, list[Path]]:
     """Part files per job, in job order (a job's rows may be in several step parts)."""
     by_job: dict[int, list[Path]] = defaultdict(list)
-    for part in shards.parts(steps=steps):
+    for part in shards.parts(steps=steps, hosts=hosts or None):
         by_job[int(part["job"])].append(shards.root / part["path"])
     return dict(sorted(by_job.items()))
 
 
-def _write(
-    shards: Shards, out: Path, fmt: str, steps: list[int] | None, roles: tuple[str, ...]
+def write_rows(
+    shards: Shards, out: Path, fmt: str, sel: ViewSelection
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The selected rows as one Perfetto file (atomically); its counts and the processes it names.
+    Raises ``_Empty`` (and leaves ``out`` alone) when no row is selected."""
     from .arrow import parquet, pyarrow
 
     pa, pc, pq = pyarrow(), compute(), parquet()
@@ -152,12 +176,13 @@ def _write(
     used_pids: set[int] = set()
     used_threads: set[tuple[int, int]] = set()
     header = shards.doc.get("trace", {}).get("header") or {}
-    base = shards.base_ns
+    base = shards.base_ns if sel.base_ns is None else sel.base_ns
+    steps, roles = sel.steps, sel.roles
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output(out) as raw:
         f = WritebackFile(raw)
         sink: Any = _Output(f, fmt, base, header)
-        for job, paths in _jobs(shards, steps).items():
+        for job, paths in _jobs(shards, steps, sel.hosts).items():
             table = pa.concat_tables([pq.read_table(p) for p in paths])
             if roles:
                 table = table.filter(
@@ -165,6 +190,14 @@ def _write(
                 )
             if steps is not None:
                 table = table.filter(pc.is_in(table.column("step"), value_set=pa.array(steps, pa.int64())))
+            if sel.hosts:
+                table = table.filter(pc.is_in(table.column("host"), value_set=pa.array(list(sel.hosts))))
+            if sel.shift_ns:
+                table = table.set_column(
+                    table.schema.get_field_index("ts_ns"),
+                    "ts_ns",
+                    pc.add(table.column("ts_ns"), sel.shift_ns),
+                )
             if not table.num_rows:
                 continue
             events, links = _events(trace_order(table))
@@ -190,7 +223,7 @@ def _write(
 
 
 class _Empty(Exception):
-    pass
+    """No row matches the selection."""
 
 
 class _Output:
