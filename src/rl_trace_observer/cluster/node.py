@@ -98,14 +98,16 @@ class JobDone:
     error: str | None = None
 
 
-def _run_one(job: Job) -> JobResult | tuple[str, Any]:
-    """``run_job`` with its failure as a value: one bad file must not take the node's other jobs down."""
+def _run_one(job: Job) -> tuple[JobResult | tuple[str, Any], int]:
+    """``run_job`` with its failure as a value (one bad file must not take the node's other jobs
+    down), and the peak memory of the process that ran it."""
     try:
-        return run_job(job)
+        out: JobResult | tuple[str, Any] = run_job(job)
     except Rebase as rb:
-        return ("rebase", rb.min_ns)
+        out = ("rebase", rb.min_ns)
     except Exception as exc:
-        return ("error", f"{type(exc).__name__}: {exc}")
+        out = ("error", f"{type(exc).__name__}: {exc}")
+    return out, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _piece_file(work: Path, item: NodeJob, res: JobResult) -> tuple[Path, int, tuple[tuple[int, int], ...]]:
@@ -141,8 +143,11 @@ def _finish(work: Path, item: NodeJob, out: JobResult | tuple[str, Any]) -> tupl
     return JobDone(item.key, out, size, deflated, shards), files
 
 
-def _results(items: list[NodeJob], workers: int) -> Iterator[tuple[NodeJob, JobResult | tuple[str, Any]]]:
-    """Jobs in completion order, with at most ``INFLIGHT_BYTES`` of estimated input being parsed."""
+def _results(
+    items: list[NodeJob], workers: int
+) -> Iterator[tuple[NodeJob, tuple[JobResult | tuple[str, Any], int]]]:
+    """Jobs in completion order, with at most ``INFLIGHT_BYTES`` of estimated input being parsed; each
+    with the peak memory of the process that ran it."""
     if workers <= 1 or len(items) <= 1:
         for item in items:
             yield item, _run_one(item.job)
@@ -199,7 +204,10 @@ def convert(items: list[NodeJob], workers: int = 2, chunk: int = CHUNK_BYTES) ->
                 item.job.shards.root = str(work / "shards")
         batch: list[Message] = []
         payload = 0
-        for item, out in _results(items, workers):
+        pool_peak = 0
+        for item, (out, peak) in _results(items, workers):
+            if workers > 1 and len(items) > 1:
+                pool_peak = max(pool_peak, peak)
             done, files = _finish(work, item, out)
             batch.append(("job", done))
             for path in files:
@@ -212,8 +220,7 @@ def convert(items: list[NodeJob], workers: int = 2, chunk: int = CHUNK_BYTES) ->
                     batch.append(msg)
                     payload += size
                 path.unlink(missing_ok=True)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the pool's largest
-        batch.append(("done", {**mem.report(), "host": hostname(), "workers_max_rss": children}))
+        batch.append(("done", {**mem.report(), "host": hostname(), "workers_max_rss": pool_peak}))
         yield batch
     finally:
         shutil.rmtree(work, ignore_errors=True)
