@@ -140,6 +140,9 @@ def register(app: typer.Typer) -> None:
         node_workers: int = typer.Option(
             2, "--node-workers", min=0, help="--ray: worker processes per node."
         ),
+        stall_timeout: float = typer.Option(
+            600.0, "--stall-timeout", min=1.0, help="--ray: seconds of silence after which a node is stalled."
+        ),
     ) -> None:
         """Merge RL-Insight logs, Torch/Kineto, VizTracer and TokenSpeed/Proton traces into one timeline."""
         from ..merge.options import MergeOptions, UsageError
@@ -165,9 +168,8 @@ def register(app: typer.Typer) -> None:
             if split_steps and manifest:
                 raise ValueError("--manifest cannot be combined with --split-steps (one manifest per output)")
             if ray:
-                results = [
-                    _ray(output, opts, inputs, split_steps, address, output_dir, node_dir, node_workers)
-                ]
+                cluster = _cluster(address, output_dir, node_dir, node_workers, stall_timeout)
+                results = [_ray(output, opts, inputs, split_steps, cluster)]
             else:
                 if not inputs:
                     raise ValueError(
