@@ -43,7 +43,20 @@ WRITE_OPTIONS: dict[str, Any] = {
         c: "DELTA_BINARY_PACKED" for c in ("ts_ns", "dur_ns", "flow_out_id", "flow_in_id", "ordinal")
     },
     "write_statistics": ["step", "ts_ns", "dur_ns", "job", "ordinal"],
+    # files say only Parquet's types: dictionary-built columns read back as the plain strings the
+    # span schema declares, in pyarrow and elsewhere
+    "store_schema": False,
 }  # fmt: skip
+_DICTIONARY = ("run", "host", "role", "source", "lane", "device", "artifact")
+
+
+def _dictionary_schema(schema: Any) -> Any:
+    """The span schema with the repeated string columns dictionary-typed, as the sink builds them."""
+    pa = pyarrow()
+    fields = [f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in _DICTIONARY else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
 _OUT_PHASES = ["s", "t"]
 _IN_PHASES = ["f", "t"]
 _ASYNC_PHASES = ["b", "e", "n"]
@@ -71,6 +84,7 @@ class ShardSink:
     def __init__(self, spec: ShardSpec, job: int) -> None:
         self.spec, self.job = spec, job
         self.schema = arrow_schema()
+        self.write_schema = _dictionary_schema(self.schema)
         self.ordinal = 0
         self._parts: dict[tuple[int | None, str], _Part] = {}
         self._tracks: dict[tuple[Any, Any], tuple[Any, ...]] = {}
@@ -134,11 +148,13 @@ class ShardSink:
         cols["step"] = self._steps(pa, pc, cols["ts_ns"], task, n)
         cols.update(_flow_columns(pa, pc, events, phs, cols["ph"]))
         cols["args"] = _args(pa, [e.args for e in events])
-        cols["artifact"] = pa.repeat(pa.scalar(task.source.rel, pa.string()), n)
+        cols["artifact"] = pa.DictionaryArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), n), pa.array([task.source.rel], pa.string())
+        )
         cols["job"] = pa.repeat(pa.scalar(self.job, pa.int32()), n)
         cols["ordinal"] = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), self.ordinal - 1)
         self.ordinal += n
-        return pa.Table.from_arrays([cols[c] for c in NAMES], schema=schema)
+        return pa.Table.from_arrays([cols[c] for c in NAMES], schema=self.write_schema)
 
     def _steps(self, pa: Any, pc: Any, ts: Any, task: Task, n: int) -> Any:
         own = self.spec.task_steps.get(task.index)
@@ -169,7 +185,7 @@ class ShardSink:
             final = Path(self.spec.root) / rel
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-            writer = parquet().ParquetWriter(str(tmp), self.schema, **WRITE_OPTIONS)
+            writer = parquet().ParquetWriter(str(tmp), self.write_schema, **WRITE_OPTIONS)
             part = self._parts[(step, host)] = _Part(rel, tmp, writer, step, host)
         part.pending.append(table)
         part.pending_rows += table.num_rows
