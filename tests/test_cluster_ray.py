@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from rl_trace_observer.cli.main import main as cli_main
@@ -236,3 +237,9 @@ def test_the_command_line_merge_and_collect_convert(
     assert not any(p.suffix == ".jsonl" for p in run_dir.rglob("*"))  # converted, not copied
     with gzip.open(run_dir / "trace.json.gz") as f:
         assert json.load(f)["traceEvents"]
+    # an object store: converted into a local temporary folder, then uploaded
+    fs = fsspec.filesystem("memory")
+    assert cli_main(["collect", "--to", "memory://conv", "--convert", "--format", "json.gz", *node_args]) == 0
+    uploaded = fs.find("/conv/run-cluster")
+    assert "/conv/run-cluster/trace.json.gz" in uploaded and any("/shards/step=" in p for p in uploaded)
+    assert hashlib.sha256(fs.cat("/conv/run-cluster/trace.json.gz")).hexdigest() == _sha(out)

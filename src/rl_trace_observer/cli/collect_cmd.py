@@ -13,17 +13,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from .node_dirs import node_dirs
+
 MAX_PROBLEM_LINES = 50
-
-
-def node_dirs(values: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for value in values or ():
-        key, sep, path = value.partition("=")
-        if not sep or not key or not path:
-            raise typer.BadParameter(f"{value!r} is not KEY=DIR", param_hint="--node-dir")
-        out[key] = path
-    return out
 
 
 def _steps(text: str | None) -> list[int] | None:

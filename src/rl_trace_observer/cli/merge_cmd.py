@@ -66,7 +66,7 @@ def _cluster(
     address: str | None, output_dir: str | None, node_dir: list[str] | None, node_workers: int, stall_s: float
 ) -> Any:
     from ..cluster.merge import ClusterOptions
-    from .collect_cmd import node_dirs
+    from .node_dirs import node_dirs
 
     return ClusterOptions(
         address=address,

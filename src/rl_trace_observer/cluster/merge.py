@@ -163,7 +163,6 @@ def _ray_merge(ray: Any, fmt: str, out: Path, opts: MergeOptions, copts: Cluster
                 n.report.status,
                 "; ".join(n.report.notes),
             )
-    state: Any = None
     try:
         facts = _inventory(ray, leaders, runs, copts.list_timeout_s)
         plan = plan_sources(facts.sources, facts.prepared)

@@ -37,6 +37,10 @@ def _options_dict(opts: MergeOptions) -> dict[str, Any]:
 def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
     opts = options or MergeOptions()
     if len(inputs) == 1 and is_shards_dir(inputs[0]):  # a view: written from the rows, not the inputs
+        if output.endswith(".tar"):
+            from .shards.archive import merge_archive
+
+            return merge_archive(inputs[0], output, opts)
         from .shards.view import merge_view
 
         return merge_view(inputs[0], output, opts)

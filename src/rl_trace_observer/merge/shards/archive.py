@@ -28,8 +28,9 @@ from typing import Any
 from urllib.parse import quote
 
 from ...capture.atomic import atomic_output
+from ..options import MergeOptions, MergeResult, UsageError
 from .dataset import Shards
-from .view import ViewSelection, _Empty, write_rows
+from .view import Empty, ViewSelection, write_rows, write_view
 
 MANIFEST_MEMBER = "perfetto_manifest.json"
 CLOCK = "BOOTTIME"  # what packets without a clock id are on: a file's own trace clock
@@ -53,12 +54,27 @@ def reference_host(shards: Shards, offsets: dict[str, int]) -> str:
     return ref if ref in offsets else min(offsets, key=lambda h: (offsets[h] != 0, h))
 
 
+def merge_archive(shards_dir: str, output: str, opts: MergeOptions) -> MergeResult:
+    """``-o run.tar`` from span shards, with its manifest (``archive``: files, reference, the
+    ``perfetto_manifest``)."""
+    if opts.steps or opts.roles:
+        raise UsageError(f"{output}: a Perfetto archive holds the whole run (no --step or --role)")
+
+    def make(shards: Shards, out: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+        made = write_archive(shards_dir, output)
+        counts = made.pop("counts")
+        manifest["archive"] = made
+        return counts, []
+
+    return write_view(shards_dir, output, opts, "tar", make)
+
+
 def write_archive(shards_dir: str, output: str) -> dict[str, Any]:
     """Write the archive; returns what went in (for the view's manifest)."""
     shards = Shards.open(shards_dir)
     offsets = host_offsets(shards)
     if not offsets:
-        raise _Empty()
+        raise Empty()
     ref = reference_host(shards, offsets)
     base = shards.base_ns + min(0, *offsets.values())  # no host's own time falls below it
     files: list[dict[str, Any]] = []
@@ -73,13 +89,13 @@ def write_archive(shards_dir: str, output: str) -> dict[str, Any]:
                     "pftrace",
                     ViewSelection(hosts=(host,), shift_ns=off, base_ns=base),
                 )
-            except _Empty:
+            except Empty:
                 continue
             for key in ("events_kept", "slices", "flows", "counter_samples", "processes", "threads"):
                 totals[key] = totals.get(key, 0) + int(counts.get(key) or 0)
             files.append({"path": name, "host": host, "offset_ns": off, "events": counts["events_kept"]})
         if not files:
-            raise _Empty()
+            raise Empty()
         ref_file = next((f["path"] for f in files if f["host"] == ref), files[0]["path"])
         manifest = perfetto_manifest(files, ref_file, shards)
         with (

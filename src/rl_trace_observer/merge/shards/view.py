@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,21 @@ class _Mapper:
 
 
 def merge_view(shards_dir: str, output: str, opts: MergeOptions) -> MergeResult:
-    """One view of the shards in ``shards_dir`` (selection: ``opts.steps``, ``opts.roles``; a ``.tar``
-    output is a Perfetto v58+ archive of every host, :mod:`.archive`)."""
-    archive = output.endswith(".tar")
-    if archive and (opts.steps or opts.roles):
-        raise UsageError(f"{output}: a Perfetto archive holds the whole run (no --step or --role)")
-    fmt = "tar" if archive else output_format(output)
+    """One view of the shards in ``shards_dir`` (selection: ``opts.steps``, ``opts.roles``)."""
+    fmt = output_format(output)
+    steps = sorted({s for lo, hi in opts.steps for s in range(lo, hi + 1)}) if opts.steps else None
+
+    def rows(shards: Shards, out: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+        return write_rows(shards, out, fmt, ViewSelection(steps, tuple(opts.roles)))
+
+    return write_view(shards_dir, output, opts, fmt, rows)
+
+
+Maker = Callable[[Shards, Path, dict[str, Any]], tuple[dict[str, Any], list[Any]]]
+
+
+def write_view(shards_dir: str, output: str, opts: MergeOptions, fmt: str, make: Maker) -> MergeResult:
+    """A file made from shards (``make``: a view, an archive) with its own manifest."""
     unsupported = [
         name
         for name, on in (
@@ -94,15 +104,8 @@ def merge_view(shards_dir: str, output: str, opts: MergeOptions) -> MergeResult:
         "trace": shards.doc.get("trace", {}).get("path"),
     }
     try:
-        if archive:
-            from .archive import write_archive
-
-            made = write_archive(shards_dir, output)
-            counts, state = made.pop("counts"), list[dict[str, Any]]()
-            manifest["archive"] = made
-        else:
-            counts, state = write_rows(shards, out, fmt, ViewSelection(steps, tuple(opts.roles)))
-    except _Empty:  # nothing selected: an earlier file at ``output`` stays as it was
+        counts, state = make(shards, out, manifest)
+    except Empty:  # nothing selected: an earlier file at ``output`` stays as it was
         counts, state = {"events_kept": 0}, []
         manifest["problems"] = [
             {
@@ -166,7 +169,7 @@ def write_rows(
     shards: Shards, out: Path, fmt: str, sel: ViewSelection
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The selected rows as one Perfetto file (atomically); its counts and the processes it names.
-    Raises ``_Empty`` (and leaves ``out`` alone) when no row is selected."""
+    Raises ``Empty`` (and leaves ``out`` alone) when no row is selected."""
     from .arrow import parquet, pyarrow
 
     pa, pc, pq = pyarrow(), compute(), parquet()
@@ -214,7 +217,7 @@ def write_rows(
             sink.close(procs, threads)
             f.flush()
         else:
-            raise _Empty()
+            raise Empty()
     phases = counts["phases"] = dict(sorted(counts["phases"].items()))
     counts["slices"] = sum(phases.get(p, 0) for p in SLICE_PHASES)
     counts["counter_samples"] = phases.get("C", 0)
@@ -222,7 +225,7 @@ def write_rows(
     return counts, procs
 
 
-class _Empty(Exception):
+class Empty(Exception):
     """No row matches the selection."""
 
 
