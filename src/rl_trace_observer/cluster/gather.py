@@ -81,6 +81,8 @@ class Receiver:
             landing.commit(msg[2])
             self.waiting.discard(self.rel)
             self._maybe_done()
+        elif kind == "beat":  # a node still working on long jobs
+            pass
         elif kind == "done":
             self.run.memory = dict(msg[1])
             self.run.host = self.run.memory.pop("host", None)

@@ -19,6 +19,7 @@ import pickle
 import resource
 import shutil
 import tempfile
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from ..merge.run.worker import init_worker, run_job
 from ..merge.writers.spill import Spilled
 
 CHUNK_BYTES = 8 << 20
+HEARTBEAT_S = 10.0  # while a pool works on long jobs, well inside any stall timeout
 Message = tuple[Any, ...]
 
 
@@ -145,9 +147,9 @@ def _finish(work: Path, item: NodeJob, out: JobResult | tuple[str, Any]) -> tupl
 
 def _results(
     items: list[NodeJob], workers: int
-) -> Iterator[tuple[NodeJob, tuple[JobResult | tuple[str, Any], int]]]:
+) -> Iterator[tuple[NodeJob, tuple[JobResult | tuple[str, Any], int]] | None]:
     """Jobs in completion order, with at most ``INFLIGHT_BYTES`` of estimated input being parsed; each
-    with the peak memory of the process that ran it."""
+    with the peak memory of the process that ran it. ``None``: a heartbeat while a pool works."""
     if workers <= 1 or len(items) <= 1:
         for item in items:
             yield item, _run_one(item.job)
@@ -159,6 +161,7 @@ def _results(
     with mp.Pool(workers, initializer=init_worker) as pool:
         pending: list[tuple[NodeJob, Any]] = []
         inflight = 0
+        last = time.monotonic()
         while queue or pending:
             while (
                 queue
@@ -171,7 +174,11 @@ def _results(
             ready = next((p for p in pending if p[1].ready()), None)
             if ready is None:
                 pending[0][1].wait(0.05)
+                if time.monotonic() - last >= HEARTBEAT_S:  # a long job: the driver must not call us stalled
+                    last = time.monotonic()
+                    yield None
                 continue
+            last = time.monotonic()
             pending.remove(ready)
             inflight -= ready[0].job.weight
             yield ready[0], ready[1].get()
@@ -205,7 +212,11 @@ def convert(items: list[NodeJob], workers: int = 2, chunk: int = CHUNK_BYTES) ->
         batch: list[Message] = []
         payload = 0
         pool_peak = 0
-        for item, (out, peak) in _results(items, workers):
+        for got in _results(items, workers):
+            if got is None:
+                yield [("beat",)]
+                continue
+            item, (out, peak) = got
             if workers > 1 and len(items) > 1:
                 pool_peak = max(pool_peak, peak)
             done, files = _finish(work, item, out)
@@ -220,6 +231,8 @@ def convert(items: list[NodeJob], workers: int = 2, chunk: int = CHUNK_BYTES) ->
                     batch.append(msg)
                     payload += size
                 path.unlink(missing_ok=True)
+            yield batch  # each job as soon as it is complete: kept by the driver even if we die next
+            batch, payload = [], 0
         batch.append(("done", {**mem.report(), "host": hostname(), "workers_max_rss": pool_peak}))
         yield batch
     finally:
