@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--format", default="json.gz", choices=["json.gz", "pftrace.gz", "json", "pftrace"])
     ap.add_argument("--node-workers", type=int, default=1, help="worker processes per node task")
-    ap.add_argument("--shards", action="store_true", help="also write span shards (they travel too)")
+    ap.add_argument(
+        "--shards", action="store_true", help="both merges also write span shards (they travel too)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
     args = ap.parse_args(argv)
 
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu0, t0 = meter.total(), time.monotonic()
         report = collect(str(work / "dest"), node_output_dirs=dirs, progress=False)
         t_collect = time.monotonic() - t0
-        single = merge([str(report.run_dir)], str(out / f"single.{args.format}"), MergeOptions())
+        base_opts = MergeOptions(shards=str(out / "single-shards")) if args.shards else MergeOptions()
+        single = merge([str(report.run_dir)], str(out / f"single.{args.format}"), base_opts)
         t_base, cpu_base = time.monotonic() - t0, meter.total() - cpu0
         copied = report.bytes_copied
 

@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
             "pftrace.gz", "--format", help="--convert: pftrace.gz, pftrace, json.gz or json."
         ),
         node_workers: int = typer.Option(
-            2, "--node-workers", min=0, help="--convert: worker processes per node."
+            1, "--node-workers", min=0, help="--convert: worker processes per node (each ~0.5 GB more)."
         ),
     ) -> None:
         """Collect RL_TRACE_OUTPUT_DIR from every node of a live Ray cluster into TO/<run_id>/<node>/."""

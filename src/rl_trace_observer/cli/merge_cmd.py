@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--node-dir", help="--ray: KEY=DIR for one node (node id, resource or IP)."),
         ] = None,
         node_workers: int = typer.Option(
-            2, "--node-workers", min=0, help="--ray: worker processes per node."
+            1, "--node-workers", min=0, help="--ray: worker processes per node (each ~0.5 GB more)."
         ),
         stall_timeout: float = typer.Option(
             600.0, "--stall-timeout", min=1.0, help="--ray: seconds of silence after which a node is stalled."

@@ -53,7 +53,7 @@ class ClusterOptions:
     address: str | None = None  # default: join the running cluster ("auto")
     output_dir: str | None = None  # the directory to read on every node (default: RL_TRACE_OUTPUT_DIR)
     node_output_dirs: Mapping[str, str] = field(default_factory=dict)  # per node: id, resource or IP
-    node_workers: int = 2  # worker processes per node task (<= 1: in the task itself)
+    node_workers: int = 1  # worker processes per node task (<= 1: in the task itself, <= ~0.6 GB)
     max_nodes: int = 16  # nodes converting at the same time
     chunk_size: int = 8 * MiB
     in_flight: int = 4  # batches a node may get ahead of the driver

@@ -22,6 +22,8 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from ..merge.run.worker import init_worker, run_job
 from ..merge.writers.spill import Spilled
 
 CHUNK_BYTES = 8 << 20
-HEARTBEAT_S = 10.0  # while a pool works on long jobs, well inside any stall timeout
+HEARTBEAT_S = 10.0  # while a long job runs, well inside any stall timeout
 Message = tuple[Any, ...]
 
 
@@ -150,9 +152,17 @@ def _results(
 ) -> Iterator[tuple[NodeJob, tuple[JobResult | tuple[str, Any], int]] | None]:
     """Jobs in completion order, with at most ``INFLIGHT_BYTES`` of estimated input being parsed; each
     with the peak memory of the process that ran it. ``None``: a heartbeat while a pool works."""
-    if workers <= 1 or len(items) <= 1:
-        for item in items:
-            yield item, _run_one(item.job)
+    if workers <= 1 or len(items) <= 1:  # in this process; a thread, so heartbeats can go out meanwhile
+        with ThreadPoolExecutor(1, thread_name_prefix="rl-trace-job") as one:
+            for item in items:
+                fut = one.submit(_run_one, item.job)
+                while True:
+                    try:
+                        got = fut.result(timeout=HEARTBEAT_S)
+                        break
+                    except FuturesTimeout:
+                        yield None
+                yield item, got
         return
     # not fork: a Ray worker has gRPC threads, and a forked copy of them can deadlock
     methods = multiprocessing.get_all_start_methods()
