@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -213,6 +214,28 @@ def test_a_node_lost_while_converting_is_named_and_a_rerun_converts_only_its_job
     assert _sha(out) == _sha(merged["ray"]["json.gz"].output)
     assert second.manifest["shards"]["complete"] is True
     assert not (out.parent / f".{out.name}.ray").exists()
+
+
+def test_a_stalled_node_is_named_and_the_others_merged(harness: Harness, tmp_path: Path) -> None:
+    """node_b's raylet is frozen (SIGSTOP) once the plan is made: its conversion never answers."""
+    raylet = harness.nodes["node_b"].all_processes["raylet"][0].process
+
+    def freeze_b(phase: str, info: dict[str, Any]) -> None:
+        os.kill(raylet.pid, signal.SIGSTOP)
+
+    try:
+        res = ray_merge(
+            str(tmp_path / "stall.json.gz"),
+            MergeOptions(),
+            harness.options(on_phase=freeze_b, stall_timeout_s=3),
+        )
+    finally:
+        os.kill(raylet.pid, signal.SIGCONT)
+    by_status = {n["status"] for n in res.manifest["cluster"]["nodes"]}
+    assert by_status == {"ok", "stalled"}, res.manifest["cluster"]["nodes"]
+    (problem,) = [p for p in res.manifest["problems"] if p["kind"] == "node"]
+    assert "stalled: no answer from the node for 3 s" in problem["detail"]
+    assert res.manifest["status"] == "partial" and res.manifest["counts"]["events_kept"] > 0
 
 
 def test_the_command_line_merge_and_collect_convert(
