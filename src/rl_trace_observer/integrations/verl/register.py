@@ -34,6 +34,12 @@ def install() -> dict[str, bool]:
             installed["viztracer"] = hooks.install_viztracer_window(cfg)
     except Exception as exc:
         log.error("[rl-trace-observer] VERL hooks not installed: %s", exc)
+    try:
+        from . import tokenspeed_rollout
+
+        installed["tokenspeed_rollout"] = tokenspeed_rollout.install()  # rollout.name=tokenspeed
+    except Exception as exc:
+        log.error("[rl-trace-observer] tokenspeed rollout not registered: %s", exc)
     return installed
 
 
