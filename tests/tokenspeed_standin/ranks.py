@@ -145,7 +145,7 @@ class Rank:
 
         if self.group is None:
             return False, "weight update group not initialized"
-        params = dict(self.model.named_parameters())
+        params = self.model.state_dict(keep_vars=True)  # tied weights under every name
         got, loaded = [], 0
         for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
             buf = self.torch.empty(shape, dtype=getattr(self.torch, dtype))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ... import config as config_mod
 from ...capture import get_recorder
 from ...capture.recorder import Recorder
 from .http import ControlClient, reply_message, reply_ok
@@ -201,7 +200,7 @@ class ProfileControl:
             return None
         found = self._delegates.get(pid)
         if found is None:
-            found = Recorder(config_mod.load(), host=rec.host, pid=pid)
+            found = Recorder(rec.config, host=rec.host, pid=pid)
             found.update_identity(
                 role=ROLE,
                 rank=info.tp,

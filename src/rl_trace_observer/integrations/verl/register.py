@@ -35,9 +35,11 @@ def install() -> dict[str, bool]:
     except Exception as exc:
         log.error("[rl-trace-observer] VERL hooks not installed: %s", exc)
     try:
+        from ...config import load as load_config
         from . import tokenspeed_rollout
 
-        installed["tokenspeed_rollout"] = tokenspeed_rollout.install()  # rollout.name=tokenspeed
+        # rollout.name=tokenspeed is always available; its trainer hooks only when capture is on
+        installed["tokenspeed_rollout"] = tokenspeed_rollout.install(load_config().capture_enabled)
     except Exception as exc:
         log.error("[rl-trace-observer] tokenspeed rollout not registered: %s", exc)
     return installed

@@ -128,14 +128,19 @@ def _install_trainer(package: ModuleType) -> None:
         _state["trainer"] = True
 
 
-def install() -> bool:
-    """Ask for the registration (now, or when VERL's rollout module loads). Never raises."""
+def install(trainer_hooks: bool = True) -> bool:
+    """Ask for the registration (now, or when VERL's rollout module loads). Never raises.
+
+    ``trainer_hooks``: also hand the profiled step over and wait for profile files at the end of
+    ``fit`` (only useful when this process captures: profile files need ``RL_TRACE_OUTPUT_DIR``).
+    """
     with _lock:
         if _state["requested"]:
             return True
         _state["requested"] = True
     when_imported(REPLICA_MODULE, _register)
-    when_imported(TRAINER_MODULE, _install_trainer)
+    if trainer_hooks:
+        when_imported(TRAINER_MODULE, _install_trainer)
     return True
 
 
