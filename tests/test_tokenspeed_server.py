@@ -27,7 +27,7 @@ from rl_trace_observer.integrations.tokenspeed.http import ControlClient
 from rl_trace_observer.integrations.tokenspeed.launcher import ServerProcess, ServeSpec, free_port, server_env
 from rl_trace_observer.integrations.tokenspeed.profiling import ProfileControl
 
-from .conftest import ROOT, clean_env, run_python
+from .conftest import ROOT, run_python
 from .verl_e2e.assets import build_model, build_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -178,20 +178,16 @@ def test_importing_the_integration_is_light() -> None:
 
 
 def test_verl_finds_the_tokenspeed_rollout_through_its_registries() -> None:
-    """What ``main_ppo`` does with ``rollout.name=tokenspeed``, in a process where our plugin loaded."""
-    code = """
-        import rl_trace_observer.integrations.verl.register as reg
-        from verl.workers.rollout.replica import get_rollout_replica_class
-        from verl.workers.rollout.base import get_rollout_class
-        from rl_trace_observer.integrations.verl import contract, tokenspeed_rollout as ts
-        replica, adapter = get_rollout_replica_class("tokenspeed"), get_rollout_class("tokenspeed", "async")
-        print(replica.__name__, adapter.__name__)
-        print([contract.problem(s) for s in ts.REGISTRIES + ts.PROFILE_STEP])
-        print(reg.INSTALLED["tokenspeed_rollout"])
-    """
-    out = run_python(code, clean_env(VERL_USE_EXTERNAL_PLUGINS="none"), timeout=300).stdout.splitlines()
-    assert out[-3:] == [
-        "TokenSpeedReplica TokenSpeedServerAdapter",
-        "[None, None, None, None, None, None, None, None]",
-        "True",
-    ]
+    """What ``main_ppo`` does with ``rollout.name=tokenspeed`` once our plugin registered it."""
+    from verl.workers.rollout.base import get_rollout_class
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    from rl_trace_observer.integrations.verl import contract, tokenspeed_rollout
+
+    tokenspeed_rollout.install(trainer_hooks=False)  # the registration only; idempotent
+    assert tokenspeed_rollout.registered()
+    assert get_rollout_replica_class("tokenspeed").__name__ == "TokenSpeedReplica"
+    assert get_rollout_class("tokenspeed", "async").__name__ == "TokenSpeedServerAdapter"
+    assert [contract.problem(s) for s in tokenspeed_rollout.REGISTRIES + tokenspeed_rollout.PROFILE_STEP] == [
+        None
+    ] * 8
