@@ -94,12 +94,19 @@ class ServeSpec:
         return cmd + list(self.extra_args)
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
-    os.setsid()
+def _load_prctl() -> Any:
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        return ctypes.CDLL(None, use_errno=True).prctl  # resolved here: nothing is loaded after fork
     except Exception:
-        pass  # not Linux: the atexit hook still terminates the server on a normal exit
+        return None  # not Linux: the atexit hook still terminates the server on a normal exit
+
+
+_PRCTL = _load_prctl()
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec: one system call, no allocation
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ServerProcess:
@@ -121,7 +128,7 @@ class ServerProcess:
             out.flush()
             self.proc = subprocess.Popen(  # the user's configured command
                 argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_child_setup,  # setsid + PDEATHSIG only
+                start_new_session=True, preexec_fn=_child_setup,
             )  # fmt: skip
         atexit.register(self.terminate)
 
