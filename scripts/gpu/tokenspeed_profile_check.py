@@ -18,6 +18,10 @@ Usage (from the repository root, TokenSpeed 0.1.1 + kernels + this package insta
     python scripts/gpu/tokenspeed_profile_check.py OUT_DIR [--tp N] \
         [--command "python -m tokenspeed.cli serve"]
 Exit code 0 when every check holds; each failed check prints one line.
+
+Dry run without a GPU, against the tests' CPU stand-in (checks the script, not TokenSpeed):
+    PYTHONPATH=. .venv/bin/python scripts/gpu/tokenspeed_profile_check.py /tmp/out --tp 2 \
+        --command ".venv-tokenspeed/bin/python -m tests.tokenspeed_standin serve"
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ async def profile_window(args: argparse.Namespace, out: Path, model: Path) -> Pa
         assert window is not None
         return window.directory
     finally:
+        await client.close()
         print(f"server log: {server.log_path}")
         server.terminate()
 
