@@ -167,6 +167,7 @@ class TokenSpeedServer:
             "sampling_params": params,
             "return_logprob": return_logprob,
         }
+        # Request spans (issue 13's capture API) join on this rid: call site for a server-side span.
         with _generate_span(self.replica_rank):
             reply = await self._call("POST", "/generate", body)
         out = reply[0] if isinstance(reply, list) else reply
