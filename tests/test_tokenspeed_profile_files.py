@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,3 +117,31 @@ def test_settings_and_command_line() -> None:
     assert argv[-3:] == ["--enforce-eager", "--max-model-len", "4096"]
     assert "--enable-output-logprobs" in argv and argv[argv.index("--tp") + 1] == "2"
     assert config_mod.load({"RL_TRACE_TOKENSPEED_PROFILE_ACTIVITIES": ""}).tokenspeed_profile_activities == ()
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 64), max_size=30), limit=st.integers(1, 100))
+def test_weight_buckets_keep_order_and_respect_the_limit(sizes: list[int], limit: int) -> None:
+    import asyncio
+
+    import torch
+
+    from rl_trace_observer.integrations.tokenspeed.weights import bucket_body, buckets, nbytes
+
+    tensors = [(f"w{i}", torch.zeros(n, dtype=torch.uint8)) for i, n in enumerate(sizes)]
+
+    async def source() -> Any:
+        for item in tensors:
+            yield item
+
+    async def collect() -> list[list[tuple[str, Any]]]:
+        return [b async for b in buckets(source(), limit)]
+
+    out = asyncio.run(collect())
+    assert [name for b in out for name, _ in b] == [name for name, _ in tensors]
+    assert all(b for b in out)
+    assert all(len(b) == 1 or sum(nbytes(t) for _, t in b) <= limit for b in out)
+    for b in out:
+        body = bucket_body(b, "g", 3)
+        assert body["dtypes"] == ["uint8"] * len(b) and body["weight_version"] == "3"
+        assert body["shapes"] == [[nbytes(t)] for _, t in b] and body["flush_cache"] is False

@@ -25,7 +25,7 @@ from typing import Any
 from verl.workers.rollout.base import BaseRollout
 
 from .launcher import free_port
-from .weights import GROUP_NAME, broadcast_all, bucket_body, join_group
+from .weights import GROUP_NAME, broadcast_all, bucket_body, buckets, join_group, nbytes
 
 log = logging.getLogger("rl_trace_observer")
 
@@ -136,7 +136,7 @@ class TokenSpeedServerAdapter(BaseRollout):
         )
         self.synced["buckets"] += 1
         self.synced["tensors"] += len(bucket)
-        self.synced["bytes"] += sum(t.numel() * t.element_size() for _, t in bucket)
+        self.synced["bytes"] += sum(nbytes(t) for _, t in bucket)
 
     async def update_weights(self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any) -> None:
         if wire_format != "named_tensors":
@@ -154,16 +154,11 @@ class TokenSpeedServerAdapter(BaseRollout):
         del group
         await server.resume_memory.remote(["weights"])  # the target may not have woken itself yet
         limit = int(getattr(self.config.checkpoint_engine, "update_weights_bucket_megabytes", 2048)) << 20
-        bucket: list[tuple[str, Any]] = []
-        size = 0
-        async for name, tensor in _items(weights):
-            t = tensor.detach().to(device).contiguous()
-            nbytes = t.numel() * t.element_size()
-            if bucket and size + nbytes > limit:
-                await self._send_bucket(bucket, server, version)
-                bucket, size = [], 0
-            bucket.append((name, t))
-            size += nbytes
-        if bucket:
+
+        async def ready() -> AsyncIterator[tuple[str, Any]]:
+            async for name, tensor in _items(weights):
+                yield name, tensor.detach().to(device).contiguous()
+
+        async for bucket in buckets(ready(), limit):
             await self._send_bucket(bucket, server, version)
         await server.set_global_steps.remote(version)

@@ -12,7 +12,7 @@ engine received and loaded the bucket.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 GROUP_NAME = "rl_trace_weight_update_group"
@@ -89,3 +89,25 @@ def broadcast_all(bucket: list[tuple[str, Any]], group: Any) -> None:
 
     for _, tensor in bucket:
         dist.broadcast(tensor, src=0, group=group)
+
+
+def nbytes(tensor: Any) -> int:
+    return int(tensor.numel() * tensor.element_size())
+
+
+async def buckets(
+    items: AsyncIterator[tuple[str, Any]], limit_bytes: int
+) -> AsyncIterator[list[tuple[str, Any]]]:
+    """Consecutive runs of ``items`` of at most ``limit_bytes`` each (a larger tensor goes alone), in
+    order: the engine receives in the order of each request's ``names``."""
+    bucket: list[tuple[str, Any]] = []
+    size = 0
+    async for name, tensor in items:
+        n = nbytes(tensor)
+        if bucket and size + n > limit_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += n
+    if bucket:
+        yield bucket
