@@ -1,0 +1,482 @@
+"""Rollout requests, weight sync and staleness: the one capture API every framework hook calls.
+
+Framework-free (stdlib only) so VERL's hooks, the demo and any other engine adapter (TokenSpeed,
+a custom server) write the same events. Everything is a no-op returning ``None`` when capture is
+off or ``RL_TRACE_REQUESTS=0``, and nothing here raises into the caller.
+
+**Requests.** A generation request is two spans joined by its request id (never by timestamps):
+
+- client (``rollout_request``, in the process that sends it, e.g. VERL's agent-loop worker):
+  ``req = begin_client(rid, session=..., sample=..., turn=..., prompt_tokens=...)`` then
+  ``end_client(req, response_tokens=..., replica=..., version=..., status=...)``;
+- server (``engine_request``, in the replica's process, from arrival in its generate method to
+  return): ``begin_server(rid, replica=r)`` / ``end_server(req, phases=EnginePhases(...))``, where
+  the engine's own per-request times become ``queue`` / ``prefill`` / ``decode`` sub-spans.
+
+Both carry ``bind_id = "rl-trace:request/<rid>"``: a *run-scoped* flow id that the merger gives the
+same number in every process (docs/FORMATS.md §1), so Perfetto draws one arrow per request from the
+client to the server span. Requests overlap, so each span sits on a **slot lane**: the lowest slot
+free when it began (``requests 3``, ``replica_0 requests 3``); a slot is held until its request
+ends, so one lane never holds two overlapping requests and slices nest exactly. Cost: one slot
+take/give under a lock, two clock reads, one event dict and one encode per span (~3 µs;
+``benchmarks/request_overhead.py``). Memory: the caller holds the in-flight ``Request`` objects; this
+module keeps only free-slot heaps (bounded by the peak concurrency) — no per-request table, so
+thousands of requests in flight cost nothing here. A request never ended leaks its slot only: past
+``MAX_SLOTS`` slots a process's further requests share one overflow lane, where the merger drops
+(and counts) slices that would overlap.
+
+**Weight sync.** ``with weight_sync("update_weights", replica=r, version=v) as ph: ...`` nests
+phases (``pause``, ``gather``, ``transfer``, ``load``, ``cache_reset``, ``resume``, ...) on the lane
+``weight_sync`` (``replica_<r> weight_sync``); ``ph.args["bytes"] = n`` adds what was moved.
+
+**Staleness.** ``record_consumption(step, trainer_version, samples)`` writes, where the trainer
+takes a batch, one ``consume_samples`` span with the lag distribution and one ``sample_staleness``
+instant per sample (lag in steps = the trainer's policy version − the oldest version that produced
+any of the sample's tokens).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .recorder import Recorder, get_recorder
+
+__all__ = [
+    "CLIENT_SPAN",
+    "FLOW_PREFIX",
+    "MAX_SLOTS",
+    "PHASE_CAT",
+    "REQUEST_CAT",
+    "RUN_SCOPE_PREFIX",
+    "SERVER_SPAN",
+    "STALENESS_CAT",
+    "SYNC_CAT",
+    "EnginePhases",
+    "Request",
+    "WeightSyncPhase",
+    "begin_client",
+    "begin_server",
+    "enabled",
+    "end_client",
+    "end_server",
+    "mark_version",
+    "phases_from_sglang",
+    "phases_from_vllm",
+    "record_consumption",
+    "weight_sync",
+]
+
+CLIENT_SPAN = "rollout_request"
+SERVER_SPAN = "engine_request"
+REQUEST_CAT = "rl_trace.request"
+PHASE_CAT = "rl_trace.request_phase"
+SYNC_CAT = "rl_trace.weight_sync"
+STALENESS_CAT = "rl_trace.staleness"
+RUN_SCOPE_PREFIX = "rl-trace:"  # bind ids with this prefix are one flow id across the whole run
+FLOW_PREFIX = RUN_SCOPE_PREFIX + "request/"
+CONSUME_SPAN = "consume_samples"
+SAMPLE_EVENT = "sample_staleness"
+VERSION_EVENT = "weight_version"
+MAX_SLOTS = 4096
+MAX_SAMPLE_EVENTS = 4096  # per consumed batch: the span's histogram still counts every sample
+STALENESS_LANE = "staleness"
+SAMPLES_LANE = "staleness samples"  # instants apart from the spans: nothing to nest
+
+_time_ns = time.time_ns
+
+
+# ------------------------------------------------------------------------------------ switches
+def enabled() -> bool:
+    """True when this process captures and ``RL_TRACE_REQUESTS`` is on."""
+    return _active() is not None
+
+
+def _active() -> Recorder | None:
+    rec = get_recorder()
+    if rec is None or not rec.config.requests:
+        return None
+    return rec
+
+
+def _problem(rec: Recorder | None, what: str, exc: BaseException) -> None:
+    if rec is not None:
+        rec.warn_once(f"requests:{what}", f"request capture: {what} failed ({exc}); training continues")
+
+
+# --------------------------------------------------------------------------------------- slots
+class _Slots:
+    """The lanes of one side (client, or one replica's server) of one process: lowest free first."""
+
+    __slots__ = ("free", "lock", "next", "prefix", "rec", "tids")
+
+    def __init__(self, rec: Recorder, prefix: str) -> None:
+        self.rec = rec
+        self.prefix = prefix
+        self.free: list[int] = []
+        self.next = 0
+        self.tids: list[int] = []
+        self.lock = threading.Lock()
+
+    def take(self) -> int:
+        with self.lock:
+            if self.free:
+                return heapq.heappop(self.free)
+            slot = self.next
+            if slot >= MAX_SLOTS:
+                return MAX_SLOTS  # the overflow lane: never given back, never handed out as free
+            self.next = slot + 1
+            return slot
+
+    def give(self, slot: int) -> None:
+        if slot < MAX_SLOTS:
+            with self.lock:
+                heapq.heappush(self.free, slot)
+
+    def tid(self, slot: int) -> int:
+        tids = self.tids
+        if slot < len(tids):
+            return tids[slot]
+        with self.lock:
+            while len(tids) <= slot:
+                n = len(tids)
+                label = "overflow" if n >= MAX_SLOTS else str(n)
+                tids.append(self.rec.lane_tid(f"{self.prefix}{label}", persist=False))
+            return tids[slot]
+
+
+_pools: dict[tuple[int, Any], _Slots] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(rec: Recorder, replica: Any) -> _Slots:
+    """Client slots (``replica`` is the marker ``_CLIENT``) or one replica's server slots."""
+    key = (id(rec), replica)
+    pool = _pools.get(key)
+    if pool is not None and pool.rec is rec:
+        return pool
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None or pool.rec is not rec:  # a new recorder (fork, reset): fresh lanes
+            if replica is _CLIENT:
+                prefix = "requests "
+            elif replica is None:
+                prefix = "engine requests "
+            else:
+                prefix = f"replica_{replica} requests "
+            pool = _pools[key] = _Slots(rec, prefix)
+    return pool
+
+
+_CLIENT = object()
+
+
+# ------------------------------------------------------------------------------------ requests
+class Request:
+    """One request in flight, held by the caller between begin and end."""
+
+    __slots__ = ("args", "id", "pool", "slot", "start_ns")
+
+    def __init__(self, rid: str, start_ns: int, pool: _Slots, slot: int, args: dict[str, Any]) -> None:
+        self.id = rid
+        self.start_ns = start_ns
+        self.pool = pool
+        self.slot = slot
+        self.args = args
+
+
+@dataclass(frozen=True)
+class EnginePhases:
+    """An engine's own per-request times, wall-clock epoch ns (``None``: not reported)."""
+
+    queued_ns: int | None = None
+    scheduled_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+
+
+def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
+    rec = _active()
+    if rec is None:
+        return None
+    try:
+        rid = str(rid)
+        pool = _pool(rec, replica)
+        fields["request_id"] = rid
+        return Request(rid, _time_ns(), pool, pool.take(), fields)
+    except Exception as exc:
+        _problem(rec, "begin", exc)
+        return None
+
+
+def begin_client(request_id: Any, **fields: Any) -> Request | None:
+    """A request leaves for a server now. ``fields`` become span args (``session``, ``sample``,
+    ``turn``, ``prompt_tokens``, ``server``, ...); ``None`` when request capture is off."""
+    return _begin(request_id, _CLIENT, fields)
+
+
+def begin_server(request_id: Any, *, replica: Any = None, **fields: Any) -> Request | None:
+    """A request arrived in a server's generate method now (``replica``: its rank, for the lane)."""
+    if replica is not None:
+        fields["replica"] = replica
+    return _begin(request_id, replica, fields)
+
+
+def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) -> int:
+    pool = req.pool
+    start = req.start_ns
+    dur = end_ns - start
+    args = req.args
+    if more:
+        args.update({k: v for k, v in more.items() if v is not None})
+    tid = pool.tid(req.slot)
+    rec = pool.rec
+    rec.write_event(
+        {
+            "ph": "X",
+            "cat": REQUEST_CAT,
+            "name": name,
+            "pid": rec.pid,
+            "tid": tid,
+            "ts": start / 1000,
+            "dur": (dur if dur > 0 else 0) / 1000,
+            "ts_ns": start,
+            "dur_ns": dur,
+            "bind_id": FLOW_PREFIX + req.id,
+            flow: True,
+            "args": args,
+        }
+    )
+    return tid
+
+
+def end_client(req: Request | None, **fields: Any) -> None:
+    """The answer arrived (``response_tokens``, ``replica``, ``version``, ``status``, ...)."""
+    if req is None:
+        return
+    try:
+        _end(req, CLIENT_SPAN, "flow_out", fields, _time_ns())
+    except Exception as exc:
+        _problem(req.pool.rec, "end", exc)
+    finally:
+        req.pool.give(req.slot)
+
+
+def end_server(req: Request | None, *, phases: EnginePhases | None = None, **fields: Any) -> None:
+    """The server returns now; ``phases`` (if the engine reported them) become nested sub-spans."""
+    if req is None:
+        return
+    try:
+        end_ns = _time_ns()
+        parts = _phase_spans(phases, req.start_ns, end_ns) if phases is not None else ()
+        for name, lo, hi in parts:
+            fields[f"{name}_ns"] = hi - lo
+        tid = _end(req, SERVER_SPAN, "flow_in", fields, end_ns)
+        rec = req.pool.rec
+        for name, lo, hi in parts:
+            rec.write_event(
+                {
+                    "ph": "X",
+                    "cat": PHASE_CAT,
+                    "name": name,
+                    "pid": rec.pid,
+                    "tid": tid,
+                    "ts": lo / 1000,
+                    "dur": (hi - lo) / 1000,
+                    "ts_ns": lo,
+                    "dur_ns": hi - lo,
+                    "args": {"request_id": req.id},
+                }
+            )
+    except Exception as exc:
+        _problem(req.pool.rec, "end", exc)
+    finally:
+        req.pool.give(req.slot)
+
+
+def _phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
+    """queue / prefill / decode, clipped into the server span and kept in order (so they nest)."""
+    edges = (
+        ("queue", ph.queued_ns, ph.scheduled_ns),
+        ("prefill", ph.scheduled_ns, ph.first_token_ns),
+        ("decode", ph.first_token_ns, ph.last_token_ns),
+    )
+    out = []
+    floor = start
+    for name, lo, hi in edges:
+        if lo is None or hi is None:
+            continue
+        lo, hi = max(lo, floor, start), min(hi, end)
+        if hi < lo:
+            continue
+        out.append((name, lo, hi))
+        floor = hi
+    return out
+
+
+def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> EnginePhases | None:
+    """vLLM's ``RequestOutput.metrics`` (``RequestStateStats``): ``queued_ts``, ``scheduled_ts``,
+    ``first_token_ts``, ``last_token_ts`` are the engine core's ``time.monotonic()`` seconds (0 when
+    unset), converted to wall ns with this host's offset (engine core and server share a host)."""
+    if metrics is None:
+        return None
+    offset = time.time_ns() - time.monotonic_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
+
+    def wall(name: str) -> int | None:
+        value = getattr(metrics, name, None)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            return None
+        if not math.isfinite(value):
+            return None
+        return round(value * 1e9) + offset
+
+    out = EnginePhases(wall("queued_ts"), wall("scheduled_ts"), wall("first_token_ts"), wall("last_token_ts"))
+    return None if out == EnginePhases() else out
+
+
+def phases_from_sglang(meta_info: Any, start_ns: int) -> EnginePhases | None:
+    """SGLang's ``meta_info["queue_time"]`` (seconds in the waiting queue), anchored at the request's
+    arrival: a ``queue`` sub-span only (its meta info has no first-token time)."""
+    if not isinstance(meta_info, dict):
+        return None
+    queue = meta_info.get("queue_time")
+    if not isinstance(queue, int | float) or isinstance(queue, bool) or not 0 <= queue < 1e6:
+        return None
+    return EnginePhases(queued_ns=start_ns, scheduled_ns=start_ns + round(queue * 1e9))
+
+
+# --------------------------------------------------------------------------------- weight sync
+def _sync_lane(replica: Any) -> str:
+    return "weight_sync" if replica is None else f"replica_{replica} weight_sync"
+
+
+class WeightSyncPhase:
+    """One weight-sync phase; a context manager. Add what you learn inside to ``args``."""
+
+    __slots__ = ("args", "lane", "name", "rec", "start_ns")
+
+    def __init__(self, rec: Recorder | None, name: str, lane: str, args: dict[str, Any]) -> None:
+        self.rec, self.name, self.lane, self.args = rec, name, lane, args
+        self.start_ns = 0
+
+    def __enter__(self) -> WeightSyncPhase:
+        self.start_ns = _time_ns()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        rec = self.rec
+        if rec is None:
+            return
+        if exc_type is not None:
+            self.args["error"] = exc_type.__name__
+        try:
+            rec.span(
+                self.name,
+                self.start_ns,
+                _time_ns(),
+                lane=self.lane,
+                cat=SYNC_CAT,
+                args={k: v for k, v in self.args.items() if v is not None},
+            )
+        except Exception as exc2:
+            _problem(rec, "weight sync", exc2)
+
+
+def weight_sync(name: str, *, replica: Any = None, **fields: Any) -> WeightSyncPhase:
+    """A phase of a weight sync on the trainer (``replica=None``) or on replica ``replica``."""
+    if replica is not None:
+        fields["replica"] = replica
+    return WeightSyncPhase(_active(), name, _sync_lane(replica), fields)
+
+
+def mark_version(version: Any, *, replica: Any = None, **fields: Any) -> None:
+    """The policy version a replica serves from now on (an instant on its weight-sync lane)."""
+    rec = _active()
+    if rec is None:
+        return
+    try:
+        now = _time_ns()
+        args = {"version": version, **({"replica": replica} if replica is not None else {}), **fields}
+        rec.write_event(_instant(rec, VERSION_EVENT, SYNC_CAT, rec.lane_tid(_sync_lane(replica)), now, args))
+    except Exception as exc:
+        _problem(rec, "version", exc)
+
+
+def _instant(
+    rec: Recorder, name: str, cat: str, tid: int, ts_ns: int, args: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "ph": "i",
+        "s": "t",
+        "cat": cat,
+        "name": name,
+        "pid": rec.pid,
+        "tid": tid,
+        "ts": ts_ns / 1000,
+        "ts_ns": ts_ns,
+        "args": args,
+    }
+
+
+# ----------------------------------------------------------------------------------- staleness
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def record_consumption(
+    step: Any,
+    trainer_version: Any,
+    samples: Iterable[tuple[Any, Any, Any]],
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    **fields: Any,
+) -> None:
+    """The trainer took ``samples`` — ``(key, min_version, max_version)`` each — at ``step`` while
+    holding policy ``trainer_version``; ``start_ns``/``end_ns``: when it waited for them."""
+    rec = _active()
+    if rec is None:
+        return
+    try:
+        end = _time_ns() if end_ns is None else end_ns
+        start = end if start_ns is None else start_ns
+        tv = _as_int(trainer_version)
+        tid = rec.lane_tid(SAMPLES_LANE)
+        lags: dict[str, int] = {}
+        n = unknown = 0
+        for key, lo, hi in samples:
+            n += 1
+            low = _as_int(lo)
+            lag = tv - low if tv is not None and low is not None else None
+            if lag is None:
+                unknown += 1
+            else:
+                lags[str(lag)] = lags.get(str(lag), 0) + 1
+            if n <= MAX_SAMPLE_EVENTS:
+                args = {"key": str(key), "min_version": low, "max_version": _as_int(hi), "lag_steps": lag}
+                args["step"] = step
+                rec.write_event(_instant(rec, SAMPLE_EVENT, STALENESS_CAT, tid, end, args))
+        known = [(int(k), c) for k, c in lags.items()]
+        summary: dict[str, Any] = {
+            "step": step,
+            "trainer_version": tv,
+            "samples": n,
+            "lag_steps": dict(sorted(lags.items(), key=lambda kv: int(kv[0]))),
+            "unknown_version": unknown,
+            "max_lag_steps": max((k for k, _ in known), default=None),
+            "mean_lag_steps": (sum(k * c for k, c in known) / sum(c for _, c in known)) if known else None,
+            **fields,
+        }
+        rec.span(CONSUME_SPAN, start, end, lane=STALENESS_LANE, cat=STALENESS_CAT, args=summary)
+    except Exception as exc:
+        _problem(rec, "staleness", exc)
