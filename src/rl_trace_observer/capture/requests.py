@@ -83,7 +83,7 @@ FLOW_PREFIX = RUN_SCOPE_PREFIX + "request/"
 CONSUME_SPAN = "consume_samples"
 SAMPLE_EVENT = "sample_staleness"
 VERSION_EVENT = "weight_version"
-MAX_SLOTS = 4096
+MAX_SLOTS = 16384  # per side and process: lanes beyond are one overflow lane
 MAX_SAMPLE_EVENTS = 4096  # per consumed batch: the span's histogram still counts every sample
 STALENESS_LANE = "staleness"
 SAMPLES_LANE = "staleness samples"  # instants apart from the spans: nothing to nest
@@ -150,18 +150,17 @@ class _Slots:
             return tids[slot]
 
 
-_pools: dict[tuple[int, Any], _Slots] = {}
+_pools: dict[Any, _Slots] = {}  # one per side: the client, and each replica this process serves
 _pools_lock = threading.Lock()
 
 
 def _pool(rec: Recorder, replica: Any) -> _Slots:
     """Client slots (``replica`` is the marker ``_CLIENT``) or one replica's server slots."""
-    key = (id(rec), replica)
-    pool = _pools.get(key)
+    pool = _pools.get(replica)
     if pool is not None and pool.rec is rec:
         return pool
     with _pools_lock:
-        pool = _pools.get(key)
+        pool = _pools.get(replica)
         if pool is None or pool.rec is not rec:  # a new recorder (fork, reset): fresh lanes
             if replica is _CLIENT:
                 prefix = "requests "
@@ -169,7 +168,7 @@ def _pool(rec: Recorder, replica: Any) -> _Slots:
                 prefix = "engine requests "
             else:
                 prefix = f"replica_{replica} requests "
-            pool = _pools[key] = _Slots(rec, prefix)
+            pool = _pools[replica] = _Slots(rec, prefix)
     return pool
 
 
