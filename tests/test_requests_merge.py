@@ -19,7 +19,7 @@ from rl_trace_observer.capture import requests as rq
 from rl_trace_observer.capture.recorder import Recorder
 from rl_trace_observer.merge.model import Event
 from rl_trace_observer.merge.transform.passes import RUN_FLOW_BIT, PassContext, namespace_ids, run_flow_id
-from rl_trace_observer.merge.transform.requests import COUNTER_NAME, in_flight_counters
+from rl_trace_observer.merge.transform.requests import COUNTER_NAME, in_flight_counters, request_events
 
 from .conftest import merge_cli
 
@@ -59,6 +59,45 @@ def _server_span(pid: int, ts: int, dur: int, replica: Any) -> Event:
         dur=dur,
         args=msgspec.Raw(args),
     )
+
+
+def test_engine_times_become_phase_sub_spans_nested_in_the_server_span() -> None:
+    args = {"replica": 0, "request_id": "r1", "engine_ns": [50, 120, 300, 900]}
+    server = Event(
+        ph="X",
+        name=rq.SERVER_SPAN,
+        cat=rq.REQUEST_CAT,
+        pid=3,
+        tid=9,
+        ts=100,
+        dur=700,
+        args=msgspec.Raw(msgspec.json.encode(args)),
+    )
+    phases = [e for e in request_events([server]) if e.ph == "X"]
+    assert [(p.name, p.ts, p.dur, p.tid, p.cat) for p in phases] == [
+        ("queue", 100, 20, 9, rq.PHASE_CAT),  # queued before it arrived: clipped to the span
+        ("prefill", 120, 180, 9, rq.PHASE_CAT),
+        ("decode", 300, 500, 9, rq.PHASE_CAT),  # the last token after return: clipped too
+    ]
+    assert all(msgspec.json.decode(p.args) == {"request_id": "r1"} for p in phases)  # type: ignore[arg-type]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+    st.lists(st.one_of(st.none(), st.integers(0, 3 * 10**6)), min_size=4, max_size=4),
+)
+def test_phase_sub_spans_always_nest_in_order(ts: int, dur: int, edges: list[int | None]) -> None:
+    args = msgspec.json.encode({"request_id": "r", "engine_ns": edges})
+    server = Event(
+        ph="X", name=rq.SERVER_SPAN, cat=rq.REQUEST_CAT, pid=1, tid=1, ts=ts, dur=dur, args=msgspec.Raw(args)
+    )
+    phases = [e for e in request_events([server]) if e.ph == "X"]
+    prev_end = ts
+    for p in phases:
+        assert prev_end <= p.ts and p.dur >= 0 and p.ts + p.dur <= ts + dur  # type: ignore[operator]
+        prev_end = p.ts + p.dur  # type: ignore[operator]
 
 
 def test_in_flight_counter_steps_with_the_server_spans() -> None:

@@ -11,7 +11,8 @@ off or ``RL_TRACE_REQUESTS=0``, and nothing here raises into the caller.
   ``end_client(req, response_tokens=..., replica=..., version=..., status=...)``;
 - server (``engine_request``, in the replica's process, from arrival in its generate method to
   return): ``begin_server(rid, replica=r)`` / ``end_server(req, phases=EnginePhases(...))``, where
-  the engine's own per-request times become ``queue`` / ``prefill`` / ``decode`` sub-spans.
+  the engine's own per-request times go into the span's args; the merger draws them as
+  ``queue`` / ``prefill`` / ``decode`` sub-spans (no extra event on the server's hot path).
 
 Both carry ``bind_id = "rl-trace:request/<rid>"``: a *run-scoped* flow id that the merger gives the
 same number in every process (docs/FORMATS.md §1), so Perfetto draws one arrow per request from the
@@ -38,6 +39,7 @@ any of the sample's tokens).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import threading
 import time
@@ -45,6 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .encoding import dumps_line as _dumps_line
 from .recorder import Recorder, get_recorder
 
 __all__ = [
@@ -66,6 +69,7 @@ __all__ = [
     "end_client",
     "end_server",
     "mark_version",
+    "phase_spans",
     "phases_from_sglang",
     "phases_from_vllm",
     "record_consumption",
@@ -111,32 +115,32 @@ def _problem(rec: Recorder | None, what: str, exc: BaseException) -> None:
 
 # --------------------------------------------------------------------------------------- slots
 class _Slots:
-    """The lanes of one side (client, or one replica's server) of one process: lowest free first."""
+    """The lanes of one side (client, or one replica's server) of one process: lowest free first.
 
-    __slots__ = ("free", "lock", "next", "prefix", "rec", "tids")
+    Lock-free on purpose (a lock costs as much as the rest of a take): ``heappop``/``heappush`` on
+    the free list and ``next`` on the counter are single C calls, atomic under the GIL.
+    """
+
+    __slots__ = ("counter", "free", "lock", "prefix", "rec", "tids")
 
     def __init__(self, rec: Recorder, prefix: str) -> None:
         self.rec = rec
         self.prefix = prefix
         self.free: list[int] = []
-        self.next = 0
+        self.counter = itertools.count()
         self.tids: list[int] = []
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # only for naming new lanes
 
     def take(self) -> int:
-        with self.lock:
-            if self.free:
-                return heapq.heappop(self.free)
-            slot = self.next
-            if slot >= MAX_SLOTS:
-                return MAX_SLOTS  # the overflow lane: never given back, never handed out as free
-            self.next = slot + 1
-            return slot
+        try:
+            return heapq.heappop(self.free)
+        except IndexError:
+            slot = next(self.counter)
+            return slot if slot < MAX_SLOTS else MAX_SLOTS  # the overflow lane: never given back
 
     def give(self, slot: int) -> None:
         if slot < MAX_SLOTS:
-            with self.lock:
-                heapq.heappush(self.free, slot)
+            heapq.heappush(self.free, slot)
 
     def tid(self, slot: int) -> int:
         tids = self.tids
@@ -226,32 +230,39 @@ def begin_server(request_id: Any, *, replica: Any = None, **fields: Any) -> Requ
     return _begin(request_id, replica, fields)
 
 
-def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) -> int:
+def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) -> None:
+    """The span, written straight to the event log: this runs once per request per side."""
     pool = req.pool
+    args = req.args
+    for key, value in more.items():
+        if value is not None:
+            args[key] = value
+    slot = req.slot
+    tids = pool.tids
+    tid = tids[slot] if slot < len(tids) else pool.tid(slot)
     start = req.start_ns
     dur = end_ns - start
-    args = req.args
-    if more:
-        args.update({k: v for k, v in more.items() if v is not None})
-    tid = pool.tid(req.slot)
     rec = pool.rec
-    rec.write_event(
-        {
-            "ph": "X",
-            "cat": REQUEST_CAT,
-            "name": name,
-            "pid": rec.pid,
-            "tid": tid,
-            "ts": start / 1000,
-            "dur": (dur if dur > 0 else 0) / 1000,
-            "ts_ns": start,
-            "dur_ns": dur,
-            "bind_id": FLOW_PREFIX + req.id,
-            flow: True,
-            "args": args,
-        }
-    )
-    return tid
+    event = {
+        "ph": "X",
+        "cat": REQUEST_CAT,
+        "name": name,
+        "pid": rec.pid,
+        "tid": tid,
+        "ts": start / 1000,
+        "dur": (dur if dur > 0 else 0) / 1000,
+        "ts_ns": start,
+        "dur_ns": dur,
+        "bind_id": FLOW_PREFIX + req.id,
+        flow: True,
+        "args": args,
+    }
+    try:
+        line = _dumps_line(event)
+    except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
+        rec.write_event(event)
+        return
+    rec.events.write_line(line)
 
 
 def end_client(req: Request | None, **fields: Any) -> None:
@@ -267,39 +278,35 @@ def end_client(req: Request | None, **fields: Any) -> None:
 
 
 def end_server(req: Request | None, *, phases: EnginePhases | None = None, **fields: Any) -> None:
-    """The server returns now; ``phases`` (if the engine reported them) become nested sub-spans."""
+    """The server returns now. ``phases`` (if the engine reported them) go into the span's args:
+    ``engine_ns`` = [queued, scheduled, first token, last token] and the clipped ``queue_ns`` /
+    ``prefill_ns`` / ``decode_ns``; the merger turns them into nested sub-spans (three events
+    fewer per request here)."""
     if req is None:
         return
     try:
         end_ns = _time_ns()
-        parts = _phase_spans(phases, req.start_ns, end_ns) if phases is not None else ()
-        for name, lo, hi in parts:
-            fields[f"{name}_ns"] = hi - lo
-        tid = _end(req, SERVER_SPAN, "flow_in", fields, end_ns)
-        rec = req.pool.rec
-        for name, lo, hi in parts:
-            rec.write_event(
-                {
-                    "ph": "X",
-                    "cat": PHASE_CAT,
-                    "name": name,
-                    "pid": rec.pid,
-                    "tid": tid,
-                    "ts": lo / 1000,
-                    "dur": (hi - lo) / 1000,
-                    "ts_ns": lo,
-                    "dur_ns": hi - lo,
-                    "args": {"request_id": req.id},
-                }
-            )
+        if phases is not None:
+            parts = phase_spans(phases, req.start_ns, end_ns)
+            if parts:
+                fields["engine_ns"] = [
+                    phases.queued_ns,
+                    phases.scheduled_ns,
+                    phases.first_token_ns,
+                    phases.last_token_ns,
+                ]
+                for name, lo, hi in parts:
+                    fields[f"{name}_ns"] = hi - lo
+        _end(req, SERVER_SPAN, "flow_in", fields, end_ns)
     except Exception as exc:
         _problem(req.pool.rec, "end", exc)
     finally:
         req.pool.give(req.slot)
 
 
-def _phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
-    """queue / prefill / decode, clipped into the server span and kept in order (so they nest)."""
+def phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
+    """queue / prefill / decode, clipped into the server span [start, end] and kept in order, so
+    they nest in it (the merger draws them from a span's ``engine_ns`` with this same rule)."""
     edges = (
         ("queue", ph.queued_ns, ph.scheduled_ns),
         ("prefill", ph.scheduled_ns, ph.first_token_ns),

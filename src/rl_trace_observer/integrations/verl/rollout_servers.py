@@ -8,9 +8,9 @@ own, e.g. TokenSpeed's). What they share, and what we wrap:
   lanes, with ``replica`` (``self.replica_rank``), ``version`` (``self.global_steps``: the policy
   version it served), token counts and status. The engine's own per-request times become
   ``queue``/``prefill``/``decode`` sub-spans: the server's engine handle is tapped once per
-  instance — ``self.engine.generate`` (vLLM's ``AsyncLLM``: the last ``RequestOutput.metrics``)
+  instance — ``self.engine.generate`` (vLLM's ``AsyncLLM``: its ``RequestOutput.metrics``)
   or ``self.tokenizer_manager.generate_request`` (SGLang: ``meta_info["queue_time"]``) — by a
-  pass-through async iterator that keeps the last item it yields (one await hop per item).
+  pass-through async iterator that keeps the stream's first item (see :class:`_Tap`).
 - control methods, as phases on the replica's ``weight_sync`` lane: ``abort_all_requests``
   (``pause``), ``resume_generation``, ``sleep``, ``wake_up``, ``clear_kv_cache`` (``cache_reset``),
   ``release_kv_cache``, ``resume_kv_cache``; ``set_global_steps`` marks the new ``weight_version``.
@@ -68,10 +68,10 @@ C = TypeVar("C", bound=type)
 class _Call:
     """What the engine tap learned about the request whose ``generate`` is running."""
 
-    __slots__ = ("kind", "last")
+    __slots__ = ("first", "kind")
 
     def __init__(self) -> None:
-        self.last: Any = None
+        self.first: Any = None
         self.kind = ""
 
 
@@ -80,7 +80,13 @@ _current: ContextVar[_Call | None] = ContextVar("rl_trace_server_call", default=
 
 # ------------------------------------------------------------------------------- engine taps
 class _Tap:
-    """Async-iterator proxy that remembers the last item of the engine's output stream."""
+    """Async-iterator proxy that keeps the engine stream's FIRST item, then steps aside.
+
+    The first is enough: vLLM hands every ``RequestOutput`` of a request the same
+    ``RequestStateStats`` object (``metrics=self.stats`` in its output processor), updated in place
+    up to the last token, and SGLang's server reads one item. Later items pass through with no
+    extra await hop (the inner awaitable itself is returned), so a long stream costs nothing more.
+    """
 
     __slots__ = ("_call", "_it")
 
@@ -91,9 +97,14 @@ class _Tap:
     def __aiter__(self) -> _Tap:
         return self
 
-    async def __anext__(self) -> Any:
+    def __anext__(self) -> Any:
+        if self._call.first is None:
+            return self._first()
+        return self._it.__anext__()
+
+    async def _first(self) -> Any:
         item = await self._it.__anext__()
-        self._call.last = item
+        self._call.first = item
         return item
 
     def __getattr__(self, name: str) -> Any:  # aclose, athrow, ... of the real generator
@@ -129,13 +140,13 @@ def _tap_engine(server: Any) -> None:
 
 
 def _phases(call: _Call, start_ns: int) -> rq.EnginePhases | None:
-    last = call.last
-    if last is None:
+    first = call.first
+    if first is None:
         return None
     if call.kind == "vllm":
-        return rq.phases_from_vllm(getattr(last, "metrics", None))
-    if call.kind == "sglang" and isinstance(last, dict):
-        return rq.phases_from_sglang(last.get("meta_info"), start_ns)
+        return rq.phases_from_vllm(getattr(first, "metrics", None))
+    if call.kind == "sglang" and isinstance(first, dict):
+        return rq.phases_from_sglang(first.get("meta_info"), start_ns)
     return None
 
 
