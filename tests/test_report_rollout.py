@@ -104,22 +104,15 @@ def _request(
         },
         pid=1,
     )
-    server = S(
-        rq.SERVER_SPAN,
-        rq.REQUEST_CAT,
-        start + MS // 10,
-        dur - MS // 5,
-        {
-            "request_id": rid,
-            "replica": replica,
-            "response_tokens": 100 if slow else 10,
-            "version": step - 1,
-            "queue_ns": 1000,
-            "prefill_ns": 2000,
-            "decode_ns": dur - MS,
-        },
-        pid=100 + replica,
-    )
+    s0, s1 = start + MS // 10, start + dur - MS // 10  # the server span inside the client's
+    engine = [s0 + 1000, s0 + 3000, s0 + 5000, s1 - MS + 5000]  # queue 2 µs, prefill 2 µs, decode the rest
+    args = {
+        "request_id": rid,
+        "replica": replica,
+        "response_tokens": 100 if slow else 10,
+        "version": step - 1,
+    }
+    server = S(rq.SERVER_SPAN, rq.REQUEST_CAT, s0, s1 - s0, {**args, "engine_ns": engine}, pid=100 + replica)
     return [client, server]
 
 
@@ -181,7 +174,9 @@ def test_section_from_span_records() -> None:
     assert step["imbalance"]["requests"] == round(6 / 5.5, 3)
     slowest = ro["slowest"][0]
     assert (slowest["request_id"], slowest["replica"], slowest["turn"], slowest["turns"]) == ("r9", 1, 1, 1)
-    assert slowest["seen_by"] == "both" and slowest["decode_ns"] == 399 * MS
+    assert slowest["seen_by"] == "both" and slowest["decode_ns"] == 398_800_000
+    assert (slowest["queue_ns"], slowest["prefill_ns"]) == (2000, 2000)
+    assert step["phases_ns"]["queue"]["p50"] == 2000
     (sync,) = ro["weight_sync"]["syncs"]
     assert sync["version"] == 1 and sync["trainer_phases_ns"] == {"pause": 5 * MS}
     assert sync["slowest_replica"] == 1

@@ -179,9 +179,13 @@ def test_engine_phases_go_into_the_server_span(rec: Any) -> None:
     rq.end_server(req, phases=phases)
     evs = events(rec)
     (server,) = [e for e in evs if e["ph"] == "X"]  # one event: the merger draws the phases
-    a = server["args"]
-    assert a["engine_ns"] == [t0 - 5_000, t0 + 1_000, t0 + 3_000, t0 + 10_000]
-    assert (a["queue_ns"], a["prefill_ns"], a["decode_ns"]) == (1_000, 2_000, 7_000)  # queue clipped
+    assert server["args"]["engine_ns"] == [t0 - 5_000, t0 + 1_000, t0 + 3_000, t0 + 10_000]
+    end = server["ts_ns"] + server["dur_ns"]  # how the merger and the report clip them into the span:
+    assert rq.phase_spans(rq.EnginePhases(*server["args"]["engine_ns"]), server["ts_ns"], end) == [
+        ("queue", t0, t0 + 1_000),
+        ("prefill", t0 + 1_000, t0 + 3_000),
+        ("decode", t0 + 3_000, t0 + 10_000),
+    ]
 
 
 def test_phase_clipping_keeps_order_and_drops_what_is_outside() -> None:

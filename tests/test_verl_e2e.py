@@ -281,7 +281,6 @@ def test_request_spans_match_the_mock_log(run: Run) -> None:
         assert (pid, e["args"]["replica"]) == (truth["pid"], truth["replica"])
         assert e["bind_id"] == f"rl-trace:request/{e['args']['request_id']}" and e["flow_in"] is True
         assert e["args"]["response_tokens"] == truth["tokens"] and e["args"]["version"] is not None
-        assert {"queue_ns", "prefill_ns", "decode_ns"} <= set(e["args"])
     phases = {(e["args"]["request_id"], e["name"]): e for _, e in _by_name(run, "decode")}
     for _, e in servers:
         d = phases[(e["args"]["request_id"], "decode")]

@@ -140,7 +140,7 @@ def test_client_and_server_spans_from_verls_real_client(hooks: Any) -> None:
         assert s["args"]["response_tokens"] == a["response_tokens"] and s["args"]["prompt_tokens"] == 3
         assert c["ts_ns"] <= s["ts_ns"] and s["ts_ns"] + s["dur_ns"] <= c["ts_ns"] + c["dur_ns"]
     for s in servers.values():  # from the engine's metrics (vLLM's RequestStateStats shape)
-        assert len(s["args"]["engine_ns"]) == 4 and {"queue_ns", "prefill_ns", "decode_ns"} <= set(s["args"])
+        assert len(s["args"]["engine_ns"]) == 4 and all(isinstance(t, int) for t in s["args"]["engine_ns"])
     assert hooks.record()["role"] == "agent_loop"
 
 
@@ -200,7 +200,8 @@ def test_sglang_shaped_server_gives_a_queue_phase(hooks: Any) -> None:
     try:
         asyncio.run(SGLangLike().generate([1], {}, request_id="sg-1"))
         (server,) = [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]
-        assert server["args"]["queue_ns"] == 1_000_000 and "prefill_ns" not in server["args"]
+        queued, scheduled, first, last = server["args"]["engine_ns"]
+        assert (scheduled - queued, first, last) == (1_000_000, None, None) and queued == server["ts_ns"]
     finally:
         rollout_servers.uninstall()
 

@@ -11,8 +11,8 @@ off or ``RL_TRACE_REQUESTS=0``, and nothing here raises into the caller.
   ``end_client(req, response_tokens=..., replica=..., version=..., status=...)``;
 - server (``engine_request``, in the replica's process, from arrival in its generate method to
   return): ``begin_server(rid, replica=r)`` / ``end_server(req, phases=EnginePhases(...))``, where
-  the engine's own per-request times go into the span's args; the merger draws them as
-  ``queue`` / ``prefill`` / ``decode`` sub-spans (no extra event on the server's hot path).
+  the engine's own per-request times go into the span's args (``engine_ns``); the merger draws them
+  as ``queue`` / ``prefill`` / ``decode`` sub-spans (no extra event on the server's hot path).
 
 Both carry ``bind_id = "rl-trace:request/<rid>"``: a *run-scoped* flow id that the merger gives the
 same number in every process (docs/FORMATS.md §1), so Perfetto draws one arrow per request from the
@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .encoding import dumps_line as _dumps_line
 from .recorder import Recorder, get_recorder
@@ -90,6 +88,7 @@ VERSION_EVENT = "weight_version"
 MAX_SLOTS = 16384  # per side and process: lanes beyond are one overflow lane
 MAX_SAMPLE_EVENTS = 4096  # per consumed batch: the span's histogram still counts every sample
 STALENESS_LANE = "staleness"
+_MAX_S = 1e12  # a monotonic or epoch time in seconds beyond this (or NaN) is garbage, not a time
 SAMPLES_LANE = "staleness samples"  # instants apart from the spans: nothing to nest
 
 _time_ns = time.time_ns
@@ -193,14 +192,16 @@ class Request:
         self.args = args
 
 
-@dataclass(frozen=True)
-class EnginePhases:
+class EnginePhases(NamedTuple):
     """An engine's own per-request times, wall-clock epoch ns (``None``: not reported)."""
 
     queued_ns: int | None = None
     scheduled_ns: int | None = None
     first_token_ns: int | None = None
     last_token_ns: int | None = None
+
+
+_NO_PHASES = EnginePhases()
 
 
 def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
@@ -278,26 +279,16 @@ def end_client(req: Request | None, **fields: Any) -> None:
 
 
 def end_server(req: Request | None, *, phases: EnginePhases | None = None, **fields: Any) -> None:
-    """The server returns now. ``phases`` (if the engine reported them) go into the span's args:
-    ``engine_ns`` = [queued, scheduled, first token, last token] and the clipped ``queue_ns`` /
-    ``prefill_ns`` / ``decode_ns``; the merger turns them into nested sub-spans (three events
-    fewer per request here)."""
+    """The server returns now. ``phases`` (if the engine reported them) go into the span's args as
+    ``engine_ns`` = [queued, scheduled, first token, last token]: the merger draws them as nested
+    ``queue``/``prefill``/``decode`` sub-spans and the report reads them, both clipping with
+    :func:`phase_spans` (no event and no arithmetic here)."""
     if req is None:
         return
     try:
-        end_ns = _time_ns()
         if phases is not None:
-            parts = phase_spans(phases, req.start_ns, end_ns)
-            if parts:
-                fields["engine_ns"] = [
-                    phases.queued_ns,
-                    phases.scheduled_ns,
-                    phases.first_token_ns,
-                    phases.last_token_ns,
-                ]
-                for name, lo, hi in parts:
-                    fields[f"{name}_ns"] = hi - lo
-        _end(req, SERVER_SPAN, "flow_in", fields, end_ns)
+            fields["engine_ns"] = list(phases)
+        _end(req, SERVER_SPAN, "flow_in", fields, _time_ns())
     except Exception as exc:
         _problem(req.pool.rec, "end", exc)
     finally:
@@ -332,17 +323,19 @@ def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> 
     if metrics is None:
         return None
     offset = time.time_ns() - time.monotonic_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
-
-    def wall(name: str) -> int | None:
-        value = getattr(metrics, name, None)
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-            return None
-        if not math.isfinite(value):
-            return None
-        return round(value * 1e9) + offset
-
-    out = EnginePhases(wall("queued_ts"), wall("scheduled_ts"), wall("first_token_ts"), wall("last_token_ts"))
-    return None if out == EnginePhases() else out
+    q = getattr(metrics, "queued_ts", None)
+    s = getattr(metrics, "scheduled_ts", None)
+    f = getattr(metrics, "first_token_ts", None)
+    last = getattr(metrics, "last_token_ts", None)
+    out = EnginePhases(
+        round(q * 1e9) + offset if (type(q) is float or type(q) is int) and 0 < q < _MAX_S else None,
+        round(s * 1e9) + offset if (type(s) is float or type(s) is int) and 0 < s < _MAX_S else None,
+        round(f * 1e9) + offset if (type(f) is float or type(f) is int) and 0 < f < _MAX_S else None,
+        round(last * 1e9) + offset
+        if (type(last) is float or type(last) is int) and 0 < last < _MAX_S
+        else None,
+    )
+    return None if out == _NO_PHASES else out
 
 
 def phases_from_sglang(meta_info: Any, start_ns: int) -> EnginePhases | None:

@@ -45,6 +45,8 @@ from ...capture.requests import (
     SERVER_SPAN,
     STALENESS_CAT,
     SYNC_CAT,
+    EnginePhases,
+    phase_spans,
 )
 from . import intervals as iv
 
@@ -88,6 +90,19 @@ class Req:
             if s is not None and s.args.get(key) is not None:
                 return s.args[key]
         return None
+
+    def phases(self) -> dict[str, int]:
+        """queue / prefill / decode ns from the server span's ``engine_ns``, clipped into it exactly
+        as the merger draws the sub-spans."""
+        s = self.server
+        edges = s.args.get("engine_ns") if s is not None else None
+        if s is None or not isinstance(edges, list) or len(edges) != 4:
+            return {}
+        if not all(e is None or (isinstance(e, int) and not isinstance(e, bool)) for e in edges):
+            return {}
+        return {
+            n: hi - lo for n, lo, hi in phase_spans(EnginePhases(*edges), s.start_ns, s.start_ns + s.dur_ns)
+        }
 
     @property
     def replica(self) -> Any:
@@ -203,8 +218,9 @@ def _row(r: Req, turns: dict[tuple[Any, ...], int]) -> dict[str, Any]:
         if r.client is not None and r.server is not None
         else ("client" if r.client else "server"),
     }
+    phases = r.phases()
     for name in PHASES:
-        row[f"{name}_ns"] = _int(r.server.args.get(f"{name}_ns")) if r.server is not None else None
+        row[f"{name}_ns"] = phases.get(name)
     return row
 
 
@@ -263,14 +279,8 @@ def _step_rows(
         t90, last = window
         tail = sorted((r for r in group if r.end_ns > t90), key=lambda r: -r.end_ns)
         replicas, imbalance = _replica_rows(group)
-        phases = {}
-        for name in PHASES:
-            values = [
-                v
-                for r in group
-                if r.server is not None and (v := _int(r.server.args.get(f"{name}_ns"))) is not None
-            ]
-            phases[name] = latency_stats(values)
+        per = [r.phases() for r in group]
+        phases = {name: latency_stats([p[name] for p in per if name in p]) for name in PHASES}
         rows.append(
             {
                 "step": step,
