@@ -8,13 +8,15 @@ awaitable), so what is measured is Python per request, the part our hooks add to
 alternating rounds of one process so that both see the same machine:
 
 - ``baseline``: no hooks, capture off;
-- ``hooks``: capture on, client + server hooks installed — two spans per request (client in the
-  agent loop, server in the replica) plus the three engine-phase sub-spans and the engine tap;
+- ``client`` / ``server``: capture on, only that side's hook installed;
+- ``hooks``: both — two spans per request (client in the agent loop, server in the replica, with
+  the engine's phase times and the engine tap);
 - ``api``: the capture API alone, ``begin/end_client`` + ``begin/end_server`` (two spans), vs an
   empty loop.
 
 CPU time is ``time.process_time`` (every thread of the process: the event log's flusher writes
-too), per request: added cost = hooks − baseline. Then memory: ``--inflight`` requests begun and not
+too), per request: added cost = mode − baseline, shown for the least disturbed round (min) and the
+median. Then memory: ``--inflight`` requests begun and not
 yet ended (tracemalloc: bytes per request in flight, module state before/after).
 
 Usage: ``python benchmarks/request_overhead.py [--requests 20000] [--rounds 5] [--yields 8]``
@@ -138,16 +140,16 @@ def _set_capture(on: bool, out: str) -> None:
     configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": out} if on else {}))
 
 
-def _hooks(on: bool, server_cls: type) -> None:
+def _hooks(mode: str, server_cls: type) -> None:
+    """Install the hooks ``mode`` asks for (``client``, ``server``, ``hooks`` = both), or none."""
     from rl_trace_observer.integrations.verl import requests, rollout_servers
 
-    if on:
+    requests.uninstall()
+    rollout_servers.uninstall()
+    if mode in ("hooks", "client"):
         requests.install()
-        rollout_servers.install()
+    if mode in ("hooks", "server"):
         rollout_servers._instrument(server_cls)
-    else:
-        requests.uninstall()
-        rollout_servers.uninstall()
 
 
 def _api_round(n: int) -> float:
@@ -204,32 +206,35 @@ def main() -> None:
     server_cls = _server_class()
     out = tempfile.mkdtemp(prefix="request-overhead-")
     n = args.requests
-    results: dict[str, list[float]] = {"baseline": [], "hooks": [], "api": [], "empty": []}
+    loops = ("baseline", "client", "server", "hooks")
+    results: dict[str, list[float]] = {k: [] for k in (*loops, "api", "empty")}
     for _ in range(args.rounds):
-        for mode in ("baseline", "hooks"):
-            _hooks(mode == "hooks", server_cls)
-            _set_capture(mode == "hooks", out)
+        for mode in loops:
+            _hooks(mode, server_cls)
+            _set_capture(mode != "baseline", out)
             client = _client(server_cls(args.yields))
             asyncio.run(_loop(client, 2000, args.concurrency))  # warm-up
             results[mode].append(
                 _cpu_per_request(lambda c=client: asyncio.run(_loop(c, n, args.concurrency)), n)
             )
-            _hooks(False, server_cls)
+            _hooks("none", server_cls)
         _set_capture(True, out)
         results["api"].append(_api_round(n))
         results["empty"].append(_empty_round(n))
     med = {k: statistics.median(v) for k, v in results.items()}
-    added = med["hooks"] - med["baseline"]
-    api = med["api"] - med["empty"]
+    low = {k: min(v) for k, v in results.items()}  # on a shared machine the least disturbed round
     print(f"requests per round {n}, rounds {args.rounds}, engine yields per request {args.yields}")
-    print(f"{'mode':<10} {'CPU µs/request (median)':>24} {'rounds':>40}")
+    print(f"{'mode':<10} {'CPU µs/request: min':>20} {'median':>8}   rounds")
     for k, v in results.items():
-        print(f"{k:<10} {med[k]:>24.2f}   " + " ".join(f"{x:.2f}" for x in v))
-    print(
-        f"added by the hooks (two spans + 3 phases + tap): {added:.2f} µs/request "
-        f"({med['hooks'] / med['baseline']:.2f}x the agent loop without us); target <= 10 µs"
-    )
-    print(f"capture API alone (two spans): {api:.2f} µs/request")
+        print(f"{k:<10} {low[k]:>20.2f} {med[k]:>8.2f}   " + " ".join(f"{x:.1f}" for x in v))
+    for stat, table in (("min", low), ("median", med)):
+        base = table["baseline"]
+        print(
+            f"[{stat}] added per request: client hook {table['client'] - base:.2f} µs, "
+            f"server hook {table['server'] - base:.2f} µs, both {table['hooks'] - base:.2f} µs "
+            f"({table['hooks'] / base:.2f}x the loop without us); the API alone "
+            f"(two spans) {table['api'] - table['empty']:.2f} µs; target <= 10 µs"
+        )
     mem = _memory(args.inflight, out)
     print(
         f"{args.inflight} requests in flight: {mem['bytes_per_request_in_flight']:.0f} B each (held by "

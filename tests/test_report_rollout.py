@@ -105,15 +105,18 @@ def _request(
         pid=1,
     )
     s0, s1 = start + MS // 10, start + dur - MS // 10  # the server span inside the client's
-    engine = [s0 + 1000, s0 + 3000, s0 + 5000, s1 - MS + 5000]  # queue 2 µs, prefill 2 µs, decode the rest
     args = {
         "request_id": rid,
         "replica": replica,
         "response_tokens": 100 if slow else 10,
         "version": step - 1,
     }
-    server = S(rq.SERVER_SPAN, rq.REQUEST_CAT, s0, s1 - s0, {**args, "engine_ns": engine}, pid=100 + replica)
-    return [client, server]
+    server = S(rq.SERVER_SPAN, rq.REQUEST_CAT, s0, s1 - s0, args, pid=100 + replica)
+    edges = (("queue", s0, s0 + 2000), ("prefill", s0 + 2000, s0 + 4000), ("decode", s0 + 4000, s1))
+    phases = [
+        S(name, rq.PHASE_CAT, lo, hi - lo, {"request_id": rid}, pid=100 + replica) for name, lo, hi in edges
+    ]
+    return [client, server, *phases]  # the phases as the merger draws them under the server span
 
 
 def _trace() -> tuple[list[S], list[tuple[int | None, int, int]], list[tuple[str, int, int]]]:
@@ -174,7 +177,7 @@ def test_section_from_span_records() -> None:
     assert step["imbalance"]["requests"] == round(6 / 5.5, 3)
     slowest = ro["slowest"][0]
     assert (slowest["request_id"], slowest["replica"], slowest["turn"], slowest["turns"]) == ("r9", 1, 1, 1)
-    assert slowest["seen_by"] == "both" and slowest["decode_ns"] == 398_800_000
+    assert slowest["seen_by"] == "both" and slowest["decode_ns"] == 399_800_000 - 4000
     assert (slowest["queue_ns"], slowest["prefill_ns"]) == (2000, 2000)
     assert step["phases_ns"]["queue"]["p50"] == 2000
     (sync,) = ro["weight_sync"]["syncs"]

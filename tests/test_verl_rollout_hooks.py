@@ -37,7 +37,7 @@ from verl.workers.rollout.base import BaseRollout  # noqa: E402
 from .verl_e2e.mock_rollout import MockLLMServer  # noqa: E402
 
 PATCHED = {
-    llm_server.LLMServerClient: ("generate", "_vllm_request_id", "_acquire_server"),
+    llm_server.LLMServerClient: ("generate", "_vllm_request_id", "_release_server"),
     AgentLoopWorker: ("_run_agent_loop",),
     CheckpointEngineManager: tuple(weight_sync.MANAGER_PHASES),
     ReplayBuffer: ("sample",),

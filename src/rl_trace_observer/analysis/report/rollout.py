@@ -10,9 +10,10 @@ Definitions (``rl-trace-report/2``, key ``rollout``):
 
 - **request**: one request id. Its *latency* is the client span (``rollout_request``: the agent loop's
   wait, what the step waits for); a request seen only by its server counts with its server span
-  (``engine_request``). Server time and the engine's ``queue``/``prefill``/``decode`` come from the
-  server side. A request's *step* is its client's ``step`` argument (the batch it was generated
-  for), else the step window in which it ended. Validation requests are counted apart.
+  (``engine_request``). Server time comes from the server span, the engine's
+  ``queue``/``prefill``/``decode`` from the sub-spans the merger drew under it. A request's *step*
+  is its client's ``step`` argument (the batch it was generated for), else the step window in which
+  it ended. Validation requests are counted apart.
 - **percentiles**: linear interpolation between order statistics (numpy's default), rounded to ns.
 - **tail window** of a step: from ``t90`` — the 90th percentile of the step's request end times, the
   moment 90 % of them had finished — until the last one did; the *tail requests* end after ``t90``.
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...capture.requests import (
@@ -45,8 +46,6 @@ from ...capture.requests import (
     SERVER_SPAN,
     STALENESS_CAT,
     SYNC_CAT,
-    EnginePhases,
-    phase_spans,
 )
 from . import intervals as iv
 
@@ -74,6 +73,7 @@ class Req:
     client: SpanLike | None = None
     server: SpanLike | None = None
     step: int | None = None
+    phases: dict[str, int] = field(default_factory=dict)  # queue/prefill/decode sub-spans, ns
 
     @property
     def span(self) -> SpanLike:
@@ -90,19 +90,6 @@ class Req:
             if s is not None and s.args.get(key) is not None:
                 return s.args[key]
         return None
-
-    def phases(self) -> dict[str, int]:
-        """queue / prefill / decode ns from the server span's ``engine_ns``, clipped into it exactly
-        as the merger draws the sub-spans."""
-        s = self.server
-        edges = s.args.get("engine_ns") if s is not None else None
-        if s is None or not isinstance(edges, list) or len(edges) != 4:
-            return {}
-        if not all(e is None or (isinstance(e, int) and not isinstance(e, bool)) for e in edges):
-            return {}
-        return {
-            n: hi - lo for n, lo, hi in phase_spans(EnginePhases(*edges), s.start_ns, s.start_ns + s.dur_ns)
-        }
 
     @property
     def replica(self) -> Any:
@@ -156,7 +143,7 @@ def tail_window(ends: Sequence[int], q: float = TAIL_QUANTILE) -> tuple[int, int
 
 
 # ------------------------------------------------------------------------------------ requests
-def _requests(spans: Iterable[SpanLike]) -> tuple[dict[str, Req], list[SpanLike]]:
+def _requests(spans: Iterable[SpanLike]) -> dict[str, Req]:
     reqs: dict[str, Req] = {}
     phases: list[SpanLike] = []
     for s in spans:
@@ -173,7 +160,11 @@ def _requests(spans: Iterable[SpanLike]) -> tuple[dict[str, Req], list[SpanLike]
             req.client = s
         else:
             req.server = s
-    return reqs, phases
+    for s in phases:  # the sub-spans the merger drew from the server's engine times (clock-corrected)
+        found = reqs.get(str(s.args.get("request_id", "")))
+        if found is not None and s.name in PHASES:
+            found.phases[s.name] = found.phases.get(s.name, 0) + s.dur_ns
+    return reqs
 
 
 def _assign_steps(reqs: Iterable[Req], windows: Sequence[tuple[int | None, int, int]]) -> None:
@@ -218,9 +209,8 @@ def _row(r: Req, turns: dict[tuple[Any, ...], int]) -> dict[str, Any]:
         if r.client is not None and r.server is not None
         else ("client" if r.client else "server"),
     }
-    phases = r.phases()
     for name in PHASES:
-        row[f"{name}_ns"] = phases.get(name)
+        row[f"{name}_ns"] = r.phases.get(name)
     return row
 
 
@@ -279,8 +269,7 @@ def _step_rows(
         t90, last = window
         tail = sorted((r for r in group if r.end_ns > t90), key=lambda r: -r.end_ns)
         replicas, imbalance = _replica_rows(group)
-        per = [r.phases() for r in group]
-        phases = {name: latency_stats([p[name] for p in per if name in p]) for name in PHASES}
+        phases = {name: latency_stats([r.phases[name] for r in group if name in r.phases]) for name in PHASES}
         rows.append(
             {
                 "step": step,
@@ -398,7 +387,7 @@ def rollout_section(
     mine = [s for s in spans if s.cat.startswith(CATEGORY_PREFIX)]
     if not mine:
         return None
-    reqs, _phases = _requests(mine)
+    reqs = _requests(mine)
     _assign_steps(reqs.values(), windows)
     validation = [r for r in reqs.values() if r.client is not None and r.client.args.get("validate") is True]
     train = [r for r in reqs.values() if not (r.client is not None and r.client.args.get("validate") is True)]

@@ -103,7 +103,7 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
                         str(r["requests"]),
                         str(r["response_tokens"]),
                         fmt_ns(r["busy_ns"]),
-                        _v(r["tokens_per_s"]),
+                        "—" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
                     ]
                 )
     out.append(reps)

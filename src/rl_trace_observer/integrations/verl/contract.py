@@ -101,8 +101,8 @@ REQUEST_CLIENT = (
     ),
     Surface(
         "verl.workers.rollout.llm_server",
-        "LLMServerClient._acquire_server",
-        ("request_id",),
+        "LLMServerClient._release_server",
+        ("server_id", "request_id"),
         feature="rollout request spans (client)",
     ),
     Surface(

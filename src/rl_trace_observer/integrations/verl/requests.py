@@ -9,7 +9,9 @@ Surfaces (checked by :mod:`.contract` when their module loads; a mismatch turns 
 - ``LLMServerClient._vllm_request_id``: VERL sends the server a fresh ``uuid4().hex`` per call (not
   the caller's sticky-session id), so the id the server sees is read here, inside the call; the
   caller's id is kept as ``session``.
-- ``LLMServerClient._acquire_server``: the load balancer's choice (``server``, the replica address).
+- ``LLMServerClient._release_server``: the load balancer's choice (``server``, the replica address),
+  which ``generate`` hands back in its ``finally`` (a plain call: cheaper to wrap than the acquire
+  coroutine).
 - ``AgentLoopWorker._run_agent_loop`` (``verl.experimental.agent_loop.agent_loop``): the sample a
   call belongs to (``step``, ``sample_index``, ``rollout_n``, ``validate``; V1's ``uid`` and
   ``session_id``), kept in a context variable for the calls the agent loop makes, which also
@@ -209,16 +211,15 @@ def _wrap_request_id(original: Callable[..., Any]) -> Callable[..., Any]:
     return _vllm_request_id
 
 
-def _wrap_acquire(original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_release(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    async def _acquire_server(self: Any, request_id: Any, *args: Any, **kwargs: Any) -> Any:
-        chosen = await original(self, request_id, *args, **kwargs)
+    def _release_server(self: Any, server_id: Any, *args: Any, **kwargs: Any) -> Any:
         req = _call.get()
-        if req is not None and isinstance(chosen, tuple) and chosen:
-            req.args["server"] = str(chosen[0])
-        return chosen
+        if req is not None:
+            req.args["server"] = str(server_id)  # the balancer's choice, handed back in ``finally``
+        return original(self, server_id, *args, **kwargs)
 
-    return _acquire_server
+    return _release_server
 
 
 # ----------------------------------------------------------------------------------- install
@@ -231,7 +232,7 @@ def _install_client(module: ModuleType) -> None:
         cls = module.LLMServerClient
         _patches.apply(cls, "generate", _wrap_generate(vars(cls)["generate"]))
         _patches.apply(cls, "_vllm_request_id", _wrap_request_id(vars(cls)["_vllm_request_id"]))
-        _patches.apply(cls, "_acquire_server", _wrap_acquire(vars(cls)["_acquire_server"]))
+        _patches.apply(cls, "_release_server", _wrap_release(vars(cls)["_release_server"]))
         _state["client"] = True
 
 
