@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -204,6 +205,28 @@ def test_sglang_shaped_server_gives_a_queue_phase(hooks: Any) -> None:
         assert (scheduled - queued, first, last) == (1_000_000, None, None) and queued == server["ts_ns"]
     finally:
         rollout_servers.uninstall()
+
+
+def test_an_http_engine_server_can_tell_its_phases(hooks: Any) -> None:
+    class HttpServer:  # TokenSpeed's shape: the engine is behind HTTP, its answer has meta_info
+        replica_rank = 3
+
+        async def generate(
+            self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]
+        ) -> Any:
+            start = time.time_ns()
+            rollout_servers.note_engine_phases(rq.phases_from_sglang({"queue_time": 0.002}, start))
+            return SimpleNamespace(token_ids=[7], stop_reason="completed")
+
+    assert rollout_servers._instrument(HttpServer)
+    try:
+        asyncio.run(HttpServer().generate("h-1", [1, 2], {}))
+        (server,) = [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]
+        queued, scheduled = server["args"]["engine_ns"][:2]
+        assert scheduled - queued == 2_000_000 and server["args"]["replica"] == 3
+    finally:
+        rollout_servers.uninstall()
+    rollout_servers.note_engine_phases(None)  # outside a server call: nothing happens
 
 
 def test_server_classes_are_checked_and_never_wrapped_twice(

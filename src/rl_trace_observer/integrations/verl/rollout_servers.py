@@ -68,11 +68,12 @@ C = TypeVar("C", bound=type)
 class _Call:
     """What the engine tap learned about the request whose ``generate`` is running."""
 
-    __slots__ = ("first", "kind")
+    __slots__ = ("first", "kind", "phases")
 
     def __init__(self) -> None:
         self.first: Any = None
         self.kind = ""
+        self.phases: rq.EnginePhases | None = None  # told by the server itself (note_engine_phases)
 
 
 _current: ContextVar[_Call | None] = ContextVar("rl_trace_server_call", default=None)
@@ -139,7 +140,18 @@ def _tap_engine(server: Any) -> None:
         log.debug("[rl-trace-observer] engine tap: %s", exc)
 
 
+def note_engine_phases(phases: rq.EnginePhases | None) -> None:
+    """From inside a traced server's ``generate``: this request's engine times, for servers whose
+    engine is not an in-process handle (an HTTP engine such as TokenSpeed's: parse its answer's
+    ``meta_info``, e.g. with ``capture.requests.phases_from_sglang``). No-op anywhere else."""
+    call = _current.get()
+    if call is not None:
+        call.phases = phases
+
+
 def _phases(call: _Call, start_ns: int) -> rq.EnginePhases | None:
+    if call.phases is not None:
+        return call.phases
     first = call.first
     if first is None:
         return None
