@@ -12,7 +12,9 @@ alternating rounds of one process so that both see the same machine:
 - ``hooks``: both — two spans per request (client in the agent loop, server in the replica, with
   the engine's phase times and the engine tap);
 - ``api``: the capture API alone, ``begin/end_client`` + ``begin/end_server`` (two spans), vs an
-  empty loop.
+  empty loop;
+- ``span``: one RL-Insight span through our backend (``Recorder.rl_insight_span``): the yardstick
+  every figure is also given in, since a loaded machine inflates them all alike.
 
 CPU time is ``time.process_time`` (every thread of the process: the event log's flusher writes
 too), per request: added cost = mode − baseline, shown for the least disturbed round (min) and the
@@ -165,6 +167,22 @@ def _api_round(n: int) -> float:
     return _cpu_per_request(run, n)
 
 
+def _reference_round(n: int) -> float:
+    """One RL-Insight span through our backend's hot path (README: ~2.7 µs on an idle 2-core box):
+    the yardstick that makes this machine's figures comparable with others."""
+    from rl_trace_observer.capture import get_recorder
+
+    rec = get_recorder()
+    assert rec is not None
+
+    def run() -> None:
+        for i in range(n):
+            t = time.time_ns()
+            rec.rl_insight_span("actor_update", t, t + 1000, {"state_lane_id": "rank_0", "step": i})
+
+    return _cpu_per_request(run, n)
+
+
 def _empty_round(n: int) -> float:
     def run() -> None:
         for _ in range(n):
@@ -207,7 +225,7 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix="request-overhead-")
     n = args.requests
     loops = ("baseline", "client", "server", "hooks")
-    results: dict[str, list[float]] = {k: [] for k in (*loops, "api", "empty")}
+    results: dict[str, list[float]] = {k: [] for k in (*loops, "api", "span", "empty")}
     for _ in range(args.rounds):
         for mode in loops:
             _hooks(mode, server_cls)
@@ -220,6 +238,7 @@ def main() -> None:
             _hooks("none", server_cls)
         _set_capture(True, out)
         results["api"].append(_api_round(n))
+        results["span"].append(_reference_round(n))
         results["empty"].append(_empty_round(n))
     med = {k: statistics.median(v) for k, v in results.items()}
     low = {k: min(v) for k, v in results.items()}  # on a shared machine the least disturbed round
@@ -234,6 +253,12 @@ def main() -> None:
             f"server hook {table['server'] - base:.2f} µs, both {table['hooks'] - base:.2f} µs "
             f"({table['hooks'] / base:.2f}x the loop without us); the API alone "
             f"(two spans) {table['api'] - table['empty']:.2f} µs; target <= 10 µs"
+        )
+        span = table["span"] - table["empty"]
+        print(
+            f"[{stat}] in RL-Insight spans of this run ({span:.2f} µs each): both hooks "
+            f"{(table['hooks'] - base) / span:.1f}, client {(table['client'] - base) / span:.1f}, "
+            f"server {(table['server'] - base) / span:.1f}, API {(table['api'] - table['empty']) / span:.1f}"
         )
     mem = _memory(args.inflight, out)
     print(

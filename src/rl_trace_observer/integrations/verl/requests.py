@@ -159,7 +159,8 @@ def _end(req: rq.Request, output: Any, error: BaseException | None) -> None:
         fields["status"] = status
         extra = getattr(output, "extra_fields", None)
         if isinstance(extra, dict):
-            fields["version"] = _plain(extra.get("global_steps"))
+            version = extra.get("global_steps")
+            fields["version"] = version if version is None or type(version) is int else _plain(version)
         preempted = getattr(output, "num_preempted", None)
         if preempted:
             fields["preempted"] = preempted
