@@ -356,3 +356,23 @@ def test_a_missing_surface_is_one_error_and_nothing_is_patched(
     assert "rollout request spans (client) is off" in errors[0].getMessage()
     assert vars(LLMServerClient)["generate"].__qualname__.endswith("LLMServerClient.generate")
     contract.reset_reports()
+
+
+def test_requests_switch_off_leaves_verl_untouched(tmp_path: Path) -> None:
+    """``RL_TRACE_REQUESTS=0``: the plugin installs none of the rollout hooks (fresh interpreter; the
+    switch on is what every other test here and the end-to-end run use)."""
+    switch = "0"
+    from .conftest import clean_env, run_python
+
+    code = """
+        import rl_trace_observer.integrations.verl.register as reg
+        from verl.workers.rollout.llm_server import LLMServerClient
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+        print(reg.INSTALLED["rollout_requests"], LLMServerClient.generate.__code__.co_filename,
+              ReplayBuffer.sample.__code__.co_filename)
+    """
+    env = clean_env(RL_TRACE_OUTPUT_DIR=str(tmp_path), RL_TRACE_REQUESTS=switch)
+    installed, client_file, buffer_file = run_python(code, env).stdout.split()[-3:]
+    ours = switch == "1"
+    assert installed == str(ours)
+    assert ("rl_trace_observer" in client_file) == ours and ("rl_trace_observer" in buffer_file) == ours

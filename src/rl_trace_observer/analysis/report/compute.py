@@ -51,7 +51,7 @@ LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
 STEP_KEYS = ("step", "global_step", "global_steps")
-SCHEMA_DOC = """rl-trace-report/2 (/1 plus ``rollout``, see :mod:`.rollout` and docs/FORMATS.md §6):
+SCHEMA_DOC = """rl-trace-report/2 (/1 plus ``rollout``, see :mod:`.rollout` and docs/FORMATS.md §9):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
   unmatched_ends, dropped_events, manifest, merged_by_report},
  stage_table[{category, pattern}], categories[],
