@@ -218,14 +218,23 @@ def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
         return None
 
 
-def begin_client(request_id: Any, **fields: Any) -> Request | None:
-    """A request leaves for a server now. ``fields`` become span args (``session``, ``sample``,
-    ``turn``, ``prompt_tokens``, ``server``, ...); ``None`` when request capture is off."""
+def begin_client(request_id: Any, args: dict[str, Any] | None = None, **fields: Any) -> Request | None:
+    """A request leaves for a server now. ``fields`` (or a dict ``args``, taken over as is: hooks
+    that build one save a copy) become span args (``session``, ``sample``, ``turn``,
+    ``prompt_tokens``, ``server``, ...); ``None`` when request capture is off."""
+    if args is not None:
+        args.update(fields)
+        fields = args
     return _begin(request_id, _CLIENT, fields)
 
 
-def begin_server(request_id: Any, *, replica: Any = None, **fields: Any) -> Request | None:
+def begin_server(
+    request_id: Any, args: dict[str, Any] | None = None, *, replica: Any = None, **fields: Any
+) -> Request | None:
     """A request arrived in a server's generate method now (``replica``: its rank, for the lane)."""
+    if args is not None:
+        args.update(fields)
+        fields = args
     if replica is not None:
         fields["replica"] = replica
     return _begin(request_id, replica, fields)
@@ -266,11 +275,15 @@ def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) 
     rec.events.write_line(line)
 
 
-def end_client(req: Request | None, **fields: Any) -> None:
-    """The answer arrived (``response_tokens``, ``replica``, ``version``, ``status``, ...)."""
+def end_client(req: Request | None, args: dict[str, Any] | None = None, **fields: Any) -> None:
+    """The answer arrived (``response_tokens``, ``replica``, ``version``, ``status``, ...; or a dict
+    ``args``); ``None`` values are left out."""
     if req is None:
         return
     try:
+        if args is not None:
+            args.update(fields)
+            fields = args
         _end(req, CLIENT_SPAN, "flow_out", fields, _time_ns())
     except Exception as exc:
         _problem(req.pool.rec, "end", exc)
@@ -278,7 +291,13 @@ def end_client(req: Request | None, **fields: Any) -> None:
         req.pool.give(req.slot)
 
 
-def end_server(req: Request | None, *, phases: EnginePhases | None = None, **fields: Any) -> None:
+def end_server(
+    req: Request | None,
+    args: dict[str, Any] | None = None,
+    *,
+    phases: EnginePhases | None = None,
+    **fields: Any,
+) -> None:
     """The server returns now. ``phases`` (if the engine reported them) go into the span's args as
     ``engine_ns`` = [queued, scheduled, first token, last token]: the merger draws them as nested
     ``queue``/``prefill``/``decode`` sub-spans and the report reads them, both clipping with
@@ -286,6 +305,9 @@ def end_server(req: Request | None, *, phases: EnginePhases | None = None, **fie
     if req is None:
         return
     try:
+        if args is not None:
+            args.update(fields)
+            fields = args
         if phases is not None:
             fields["engine_ns"] = list(phases)
         _end(req, SERVER_SPAN, "flow_in", fields, _time_ns())

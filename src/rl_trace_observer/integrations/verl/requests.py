@@ -131,7 +131,7 @@ def _begin(request_id: Any, kwargs: dict[str, Any]) -> rq.Request | None:
         except TypeError:
             pass
     # the id the server will see is not known yet (see _vllm_request_id): the session until then
-    req = rq.begin_client(request_id, **fields)
+    req = rq.begin_client(request_id, fields)
     if req is not None and _role_unset(req):
         req.pool.rec.update_identity(role=ROLE)
     return req
@@ -166,7 +166,7 @@ def _end(req: rq.Request, output: Any, error: BaseException | None) -> None:
             fields["preempted"] = preempted
     if sample is not None:
         sample.last_aborted = fields.get("status") in _ABORTED
-    rq.end_client(req, **fields)
+    rq.end_client(req, fields)
 
 
 def _wrap_generate(original: Callable[..., Any]) -> Callable[..., Any]:

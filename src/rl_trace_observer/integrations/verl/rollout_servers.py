@@ -179,9 +179,8 @@ def _wrap_generate(original: Callable[..., Any], rid_index: int) -> Callable[...
             prompt = kwargs["prompt_ids"] if "prompt_ids" in kwargs else (args[0] if args else None)
             req = rq.begin_server(
                 rid,
+                {"prompt_tokens": _tokens(prompt), "version": getattr(self, "global_steps", None)},
                 replica=getattr(self, "replica_rank", None),
-                prompt_tokens=_tokens(prompt),
-                version=getattr(self, "global_steps", None),
             )
             if req is not None:
                 if not getattr(self, _TAPPED, False):
@@ -206,13 +205,12 @@ def _wrap_generate(original: Callable[..., Any], rid_index: int) -> Callable[...
                     if status is None:
                         status = getattr(output, "stop_reason", None)
                     version = getattr(self, "global_steps", None)
-                    rq.end_server(
-                        req,
-                        phases=_phases(call, req.start_ns) if call is not None else None,
-                        response_tokens=_tokens(getattr(output, "token_ids", None)),
-                        status=status,
-                        version_end=version if version != req.args.get("version") else None,
-                    )
+                    end = {
+                        "response_tokens": _tokens(getattr(output, "token_ids", None)),
+                        "status": status,
+                        "version_end": version if version != req.args.get("version") else None,
+                    }
+                    rq.end_server(req, end, phases=_phases(call, req.start_ns) if call is not None else None)
                 except Exception as exc:
                     log.debug("[rl-trace-observer] server request end: %s", exc)
 
