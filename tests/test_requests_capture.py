@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer import config as config_mod
-from rl_trace_observer.capture import configure, get_recorder, reset
+from rl_trace_observer.capture import configure, get_recorder, reset, staleness
 from rl_trace_observer.capture import requests as rq
 
 from .trace_files import read_jsonl
@@ -53,7 +53,7 @@ def test_everything_is_a_no_op_when_capture_is_off(tmp_path: Path) -> None:
         rq.end_server(None)
         with rq.weight_sync("update_weights") as ph:
             ph.args["bytes"] = 1
-        rq.record_consumption(1, 0, [("k", 0, 0)])
+        staleness.record_consumption(1, 0, [("k", 0, 0)])
         assert not rq.enabled()
         configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": str(tmp_path), "RL_TRACE_REQUESTS": "0"}))
         assert rq.begin_client("a") is None and not rq.enabled()
@@ -235,9 +235,9 @@ def test_weight_sync_phases_nest_and_carry_what_they_learned(rec: Any) -> None:
 def test_consumption_records_lags_and_caps_per_sample_events(
     rec: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rq, "MAX_SAMPLE_EVENTS", 3)
+    monkeypatch.setattr(staleness, "MAX_SAMPLE_EVENTS", 3)
     samples = [("a", 4, 5), ("b", 5, 5), ("c", 3, 4), ("d", None, None), ("e", "5", 5)]
-    rq.record_consumption(6, 5, samples, start_ns=1_000, end_ns=3_000, partition="train")
+    staleness.record_consumption(6, 5, samples, start_ns=1_000, end_ns=3_000, partition="train")
     evs = events(rec)
     (span,) = [e for e in evs if e.get("name") == "consume_samples"]
     assert (span["ts_ns"], span["dur_ns"]) == (1_000, 2_000)

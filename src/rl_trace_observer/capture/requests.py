@@ -30,10 +30,10 @@ thousands of requests in flight cost nothing here. A request never ended leaks i
 phases (``pause``, ``gather``, ``transfer``, ``load``, ``cache_reset``, ``resume``, ...) on the lane
 ``weight_sync`` (``replica_<r> weight_sync``); ``ph.args["bytes"] = n`` adds what was moved.
 
-**Staleness.** ``record_consumption(step, trainer_version, samples)`` writes, where the trainer
-takes a batch, one ``consume_samples`` span with the lag distribution and one ``sample_staleness``
-instant per sample (lag in steps = the trainer's policy version − the oldest version that produced
-any of the sample's tokens).
+**Staleness** (:mod:`.staleness`): ``record_consumption(step, trainer_version, samples)`` writes,
+where the trainer takes a batch, one ``consume_samples`` span with the lag distribution and one
+``sample_staleness`` instant per sample (lag in steps = the trainer's policy version − the oldest
+version that produced any of the sample's tokens).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .encoding import dumps_line as _dumps_line
@@ -70,7 +69,6 @@ __all__ = [
     "phase_spans",
     "phases_from_sglang",
     "phases_from_vllm",
-    "record_consumption",
     "weight_sync",
 ]
 
@@ -82,14 +80,9 @@ SYNC_CAT = "rl_trace.weight_sync"
 STALENESS_CAT = "rl_trace.staleness"
 RUN_SCOPE_PREFIX = "rl-trace:"  # bind ids with this prefix are one flow id across the whole run
 FLOW_PREFIX = RUN_SCOPE_PREFIX + "request/"
-CONSUME_SPAN = "consume_samples"
-SAMPLE_EVENT = "sample_staleness"
 VERSION_EVENT = "weight_version"
 MAX_SLOTS = 16384  # per side and process: lanes beyond are one overflow lane
-MAX_SAMPLE_EVENTS = 4096  # per consumed batch: the span's histogram still counts every sample
-STALENESS_LANE = "staleness"
 _MAX_S = 1e12  # a monotonic or epoch time in seconds beyond this (or NaN) is garbage, not a time
-SAMPLES_LANE = "staleness samples"  # instants apart from the spans: nothing to nest
 
 _time_ns = time.time_ns
 
@@ -442,62 +435,3 @@ def _instant(
         "ts_ns": ts_ns,
         "args": args,
     }
-
-
-# ----------------------------------------------------------------------------------- staleness
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def record_consumption(
-    step: Any,
-    trainer_version: Any,
-    samples: Iterable[tuple[Any, Any, Any]],
-    *,
-    start_ns: int | None = None,
-    end_ns: int | None = None,
-    **fields: Any,
-) -> None:
-    """The trainer took ``samples`` — ``(key, min_version, max_version)`` each — at ``step`` while
-    holding policy ``trainer_version``; ``start_ns``/``end_ns``: when it waited for them."""
-    rec = _active()
-    if rec is None:
-        return
-    try:
-        end = _time_ns() if end_ns is None else end_ns
-        start = end if start_ns is None else start_ns
-        tv = _as_int(trainer_version)
-        tid = rec.lane_tid(SAMPLES_LANE)
-        lags: dict[str, int] = {}
-        n = unknown = 0
-        for key, lo, hi in samples:
-            n += 1
-            low = _as_int(lo)
-            lag = tv - low if tv is not None and low is not None else None
-            if lag is None:
-                unknown += 1
-            else:
-                lags[str(lag)] = lags.get(str(lag), 0) + 1
-            if n <= MAX_SAMPLE_EVENTS:
-                args = {"key": str(key), "min_version": low, "max_version": _as_int(hi), "lag_steps": lag}
-                args["step"] = step
-                rec.write_event(_instant(rec, SAMPLE_EVENT, STALENESS_CAT, tid, end, args))
-        known = [(int(k), c) for k, c in lags.items()]
-        summary: dict[str, Any] = {
-            "step": step,
-            "trainer_version": tv,
-            "samples": n,
-            "lag_steps": dict(sorted(lags.items(), key=lambda kv: int(kv[0]))),
-            "unknown_version": unknown,
-            "max_lag_steps": max((k for k, _ in known), default=None),
-            "mean_lag_steps": (sum(k * c for k, c in known) / sum(c for _, c in known)) if known else None,
-            **fields,
-        }
-        rec.span(CONSUME_SPAN, start, end, lane=STALENESS_LANE, cat=STALENESS_CAT, args=summary)
-    except Exception as exc:
-        _problem(rec, "staleness", exc)

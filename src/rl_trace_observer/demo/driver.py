@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture import requests as rq
+from ..capture.staleness import record_consumption
 from . import observe
 from .model import DemoConfig, Sample
 from .rollout import RolloutWorker
@@ -197,7 +198,7 @@ class DemoLoop:
         return [_Requests(self.ray, r, i, step, n) for i, r in enumerate(self.rollouts)]
 
     def train(self, step: int, samples: list[Sample], waited_ns: int) -> list[dict[str, float]]:
-        rq.record_consumption(  # the batch as the trainer takes it: how stale each sample is
+        record_consumption(  # the batch as the trainer takes it: how stale each sample is
             step,
             step - 1,
             [(s.meta.get("request_id"), s.weight_version, s.weight_version) for s in samples],

@@ -40,13 +40,13 @@ from typing import Any, Protocol
 
 from ...capture.requests import (
     CLIENT_SPAN,
-    CONSUME_SPAN,
     PHASE_CAT,
     REQUEST_CAT,
     SERVER_SPAN,
     STALENESS_CAT,
     SYNC_CAT,
 )
+from ...capture.staleness import CONSUME_SPAN
 from . import intervals as iv
 
 TAIL_QUANTILE = 0.9

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ...capture import requests as rq
+from ...capture.staleness import record_consumption
 from . import contract
 from .import_hooks import when_imported
 from .patching import PatchSet
@@ -53,7 +53,7 @@ def _record(global_steps: Any, partition_id: Any, result: Any, start_ns: int) ->
         step: int | None = int(global_steps)
     except (TypeError, ValueError):
         step = None
-    rq.record_consumption(
+    record_consumption(
         step,
         None if step is None else step - 1,
         samples,
