@@ -220,10 +220,11 @@ def test_an_http_engine_server_can_tell_its_phases(hooks: Any) -> None:
 
     assert rollout_servers._instrument(HttpServer)
     try:
-        asyncio.run(HttpServer().generate("h-1", [1, 2], {}))
+        asyncio.run(HttpServer().generate("h-1", [1, 2], {}))  # request_id first, by position
         (server,) = [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]
         queued, scheduled = server["args"]["engine_ns"][:2]
         assert scheduled - queued == 2_000_000 and server["args"]["replica"] == 3
+        assert server["args"]["request_id"] == "h-1" and server["args"]["prompt_tokens"] == 2
     finally:
         rollout_servers.uninstall()
     rollout_servers.note_engine_phases(None)  # outside a server call: nothing happens

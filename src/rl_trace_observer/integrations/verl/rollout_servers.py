@@ -170,13 +170,17 @@ def _tokens(value: Any) -> int | None:
 
 
 # ----------------------------------------------------------------------------------- wrappers
-def _wrap_generate(original: Callable[..., Any], rid_index: int) -> Callable[..., Any]:
+def _wrap_generate(
+    original: Callable[..., Any], rid_index: int, prompt_index: int | None
+) -> Callable[..., Any]:
     @functools.wraps(original)
     async def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         req = token = call = None
         try:
             rid = kwargs["request_id"] if "request_id" in kwargs else args[rid_index]
-            prompt = kwargs["prompt_ids"] if "prompt_ids" in kwargs else (args[0] if args else None)
+            prompt = kwargs.get("prompt_ids")
+            if prompt is None and prompt_index is not None and prompt_index < len(args):
+                prompt = args[prompt_index]
             req = rq.begin_server(
                 rid,
                 {"prompt_tokens": _tokens(prompt), "version": getattr(self, "global_steps", None)},
@@ -291,9 +295,11 @@ def _instrument(cls: type) -> bool:
             )
             return False
         gen = inspect.getattr_static(cls, "generate")
-        rid_index = list(inspect.signature(gen).parameters).index("request_id") - 1  # after self
+        params = list(inspect.signature(gen).parameters)
+        rid_index = params.index("request_id") - 1  # positions after self
+        prompt_index = params.index("prompt_ids") - 1 if "prompt_ids" in params else None
         wrappers: dict[str, Callable[[Any], Any]] = {
-            "generate": lambda fn: _wrap_generate(fn, rid_index),
+            "generate": lambda fn: _wrap_generate(fn, rid_index, prompt_index),
             "set_global_steps": _wrap_set_version,
         }
         for name, phase in CONTROL_PHASES.items():
