@@ -67,6 +67,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Comma list of `DistProfiler` roles that get VizTracer, e.g. `e2e` or `actor,ref`.",
     ),
     Setting(
+        "RL_TRACE_REQUESTS",
+        "1",
+        "`0`: no rollout request spans, weight-sync phases or staleness records (they are on "
+        "whenever capture is on); the VERL hooks that write them are then not installed.",
+    ),
+    Setting(
         "RL_TRACE_RECORD_INTERVAL_S",
         "1.0",
         "At most this often the process record is rewritten to refresh event counts "
@@ -127,6 +133,7 @@ class Config:
     viztracer: bool = False
     viztracer_min_duration_us: float = 100.0
     viztracer_roles: tuple[str, ...] = ()
+    requests: bool = True
     record_interval_s: float = 1.0
     collect_to: str | None = None
     tokenspeed_command: tuple[str, ...] = ()  # empty: `<python> -m tokenspeed.cli serve`
@@ -141,12 +148,15 @@ class Config:
         return self.output_dir is not None
 
 
-def _flag(env: Mapping[str, str], name: str, problems: list[str]) -> bool:
+def _flag(env: Mapping[str, str], name: str, problems: list[str], default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
     if raw in _TRUE:
         return True
     if raw not in _FALSE:
-        problems.append(f"{name}={env[name]!r} is not a boolean (use 1 or 0); treating it as 0")
+        problems.append(f"{name}={env[name]!r} is not a boolean (use 1 or 0); treating it as {int(default)}")
+        return default
     return False
 
 
@@ -225,6 +235,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         viztracer=_flag(env, "RL_TRACE_VIZTRACER", problems),
         viztracer_min_duration_us=_number(env, "RL_TRACE_VIZTRACER_MIN_DURATION_US", 100.0, problems),
         viztracer_roles=roles,
+        requests=_flag(env, "RL_TRACE_REQUESTS", problems, default=True),
         record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
         collect_to=_text(env, "RL_TRACE_COLLECT_TO"),
         tokenspeed_command=_words(env, "RL_TRACE_TOKENSPEED_COMMAND", problems),
