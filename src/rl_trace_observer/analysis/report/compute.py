@@ -29,6 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ..answers import StepWindow, WorkSpan, answer_sections
 from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
@@ -45,13 +46,14 @@ from .stages import (
     marker_priority,
 )
 
-SCHEMA = "rl-trace-report/2"
+SCHEMA = "rl-trace-report/3"
 STAGE_CATS = ("rl_insight", "verl")
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
 STEP_KEYS = ("step", "global_step", "global_steps")
-SCHEMA_DOC = """rl-trace-report/2 (/1 plus ``rollout``, see :mod:`.rollout` and docs/FORMATS.md §10):
+SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
+:mod:`rl_trace_observer.analysis.answers` and docs/FORMATS.md §10; /2 added ``rollout``):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
   unmatched_ends, dropped_events, manifest, merged_by_report},
  stage_table[{category, pattern}], categories[],
@@ -77,7 +79,16 @@ SCHEMA_DOC = """rl-trace-report/2 (/1 plus ``rollout``, see :mod:`.rollout` and 
               replicas[{replica, dur_ns, phases_ns{}, bytes, processes}], slowest_replica}],
               phase_totals_ns{trainer{}, replica{}}} | null,
   staleness[{step, trainer_version, samples, lag_steps{<lag>: count}, max_lag_steps, mean_lag_steps,
-             unknown_version, start_ns, wait_ns}]} | null}.
+             unknown_version, start_ns, wait_ns}]} | null,
+ idle{causes[], steps[{step, dur_ns, lanes[{role, lane, kind, idle_ns, causes_ns{<cause>: int}}]}],
+      roles[{role, lanes, idle_ns, causes_ns{}}]},
+ goodput{buckets[], steps[{step, dur_ns, roles[{role, lanes, productive_ns, overhead_ns, idle_ns}]}],
+         roles[{role, wall_ns, productive_ns, overhead_ns, idle_ns, productive_pct}]},
+ arrivals{events[{step, point, role, lanes, last_lane, arrival_ns, lag_ns, spread_ns}], events_total,
+          summary[{role, point, lane, last_in, steps, median_lag_ns, max_lag_ns, median_spread_ns}]},
+ critical_path[{step, start_ns, dur_ns, segments[{role, lane, name, stage, start_ns, dur_ns}],
+                segments_total, by_stage_ns{<stage>|gap: int}, what_if[{stage, on_path_ns, share_pct,
+                saving_ns{"10"|"25"|"50": int}}]}]}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -392,6 +403,7 @@ def build_summary(
             }
         )
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
+    answers = answer_sections(work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows])
     return {
         "schema": SCHEMA,
         "source": {
@@ -420,4 +432,14 @@ def build_summary(
             [(w.step, w.start_ns, w.end_ns) for w in windows],
             [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
         ),
+        **answers,
     }
+
+
+def work_spans(idx: _Index) -> list[WorkSpan]:
+    """The stage spans as the answers' flat rows (who, name, category, start, end)."""
+    return [
+        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns)
+        for who in idx.whos
+        for s in idx.spans_of[who]
+    ]

@@ -51,3 +51,22 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
 def covered(intervals: Iterable[Interval], lo: int, hi: int) -> int:
     """Length of ``[lo, hi)`` covered by ``intervals`` (any input: overlaps are merged first)."""
     return length(union(clip(intervals, lo, hi)))
+
+
+def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """``a`` minus ``b`` (both unions: sorted, disjoint), by a linear merge."""
+    out: list[Interval] = []
+    j = 0
+    for start, end in a:
+        cur = start
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out

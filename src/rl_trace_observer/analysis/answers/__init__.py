@@ -1,0 +1,26 @@
+"""Answers on top of the timeline: idle time with a cause and goodput (:mod:`.idle`), stragglers by
+arrival (:mod:`.arrivals`), the critical path with what-ifs (:mod:`.critical_path`), SQL over the span
+table (:mod:`.sql`) and run-to-run diffs (:mod:`.diff`).
+
+Each answer is a pure function of the same flat input (:mod:`.model`: stage spans and step windows),
+so the report, tests with hand-built rows and ``rl-trace sql`` all agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .arrivals import arrivals
+from .critical_path import critical_paths
+from .idle import idle_and_goodput
+from .model import StepWindow, WorkSpan
+
+__all__ = ["StepWindow", "WorkSpan", "answer_sections"]
+
+
+def answer_sections(spans: list[WorkSpan], windows: list[StepWindow]) -> dict[str, Any]:
+    """The report keys ``idle``, ``goodput``, ``arrivals`` and ``critical_path``."""
+    out = idle_and_goodput(spans, windows)
+    out["arrivals"] = arrivals(spans, windows)
+    out["critical_path"] = critical_paths(spans, windows)
+    return out

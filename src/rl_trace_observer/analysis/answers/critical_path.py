@@ -1,0 +1,123 @@
+"""The critical path of each step across processes, and what shortening a stage would buy.
+
+Walk back from the step's end: at each point ``t``, the span (any lane, any role) that finished last
+at or before ``t`` is what the step was waiting for — it joins the path and ``t`` moves to its start
+(ties: the longest span, then the lane named first). Time between that span's end and ``t`` in which
+no span finished is a ``gap`` (the driver or nothing ran). Spans that finished while the chosen one
+still ran were concurrent, so not critical. The segments tile the window: their sum is the step's
+wall time, exactly.
+
+Why not follow flows: a request's client span already encloses its server span, and a weight-sync
+chain (trainer ``update_weights`` → replica phases) lies on the path through its span ends; the
+latest-finisher rule finds both without ids, and works on traces whose flows were lost.
+
+What-if, per stage on the path: ``on_path_ns`` × X % is the first-order saving when that stage is
+X % shorter everywhere on the path — an upper bound, reached while the path stays critical (a
+concurrent branch that finished just before a path span may take over first).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Any
+
+from .model import StepWindow, WorkSpan, natural
+
+GAP = "gap"
+WHAT_IF_PCT = (10, 25, 50)
+MAX_SEGMENTS = 200
+
+
+def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
+    lo, hi = w.start_ns, w.end_ns
+    order = {lane: i for i, lane in enumerate(sorted({(s.role, s.lane) for s in spans}, key=_lane_key))}
+    clipped = [
+        (min(s.end_ns, hi), min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], s)
+        for s in spans
+        if s.start_ns < hi and s.end_ns > lo
+    ]
+    clipped.sort(key=lambda c: (c[0], c[1], c[2]))  # the last of equal ends: longest, then first lane
+    ends = [c[0] for c in clipped]
+    segments: list[dict[str, Any]] = []
+    t = hi
+    while t > lo:
+        k = bisect.bisect_right(ends, t) - 1
+        if k < 0:
+            segments.append(_segment(None, lo, t))
+            break
+        end, _, _, s = clipped[k]
+        if end < t:
+            segments.append(_segment(None, end, t))
+        start = max(s.start_ns, lo)
+        segments.append(_segment(s, start, end))
+        t = start
+        del clipped[k:], ends[k:]  # anything ending after ``start`` ran concurrently: never on the path
+    segments.reverse()
+    return segments
+
+
+def _lane_key(lane: tuple[str, str]) -> tuple[object, ...]:
+    return (lane[0], natural(lane[1]))
+
+
+def _segment(s: WorkSpan | None, start: int, end: int) -> dict[str, Any]:
+    if s is None:
+        return {
+            "role": None,
+            "lane": None,
+            "name": GAP,
+            "stage": GAP,
+            "start_ns": start,
+            "dur_ns": end - start,
+        }
+    return {
+        "role": s.role,
+        "lane": s.lane,
+        "name": s.name,
+        "stage": s.stage,
+        "start_ns": start,
+        "dur_ns": end - start,
+    }
+
+
+def critical_paths(spans: list[WorkSpan], windows: list[StepWindow]) -> list[dict[str, Any]]:
+    """The report's ``critical_path`` section: one entry per step."""
+    out = []
+    for w in windows:
+        segments = _path(spans, w)
+        by_stage: dict[str, int] = defaultdict(int)
+        for seg in segments:
+            by_stage[seg["stage"]] += seg["dur_ns"]
+        wall = w.end_ns - w.start_ns
+        what_if = [
+            {
+                "stage": stage,
+                "on_path_ns": ns,
+                "share_pct": round(100.0 * ns / wall, 2) if wall else None,
+                "saving_ns": {str(p): ns * p // 100 for p in WHAT_IF_PCT},
+            }
+            for stage, ns in sorted(by_stage.items(), key=lambda kv: (-kv[1], kv[0]))
+            if stage != GAP
+        ]
+        for seg in segments:
+            seg["start_ns"] -= w.start_ns  # offsets inside the step, like the gantt
+        out.append(
+            {
+                "step": w.step,
+                "start_ns": w.start_ns,
+                "dur_ns": wall,
+                "segments": segments[:MAX_SEGMENTS],
+                "segments_total": len(segments),
+                "by_stage_ns": dict(sorted(by_stage.items())),
+                "what_if": what_if,
+            }
+        )
+    return out
+
+
+def sentence(step: dict[str, Any], row: dict[str, Any], pct: int = 10) -> str:
+    return (
+        f"step {step['step']}: if {row['stage']} were {pct} % shorter the step would be "
+        f"{row['saving_ns'][str(pct)] / 1e6:.1f} ms shorter ({row['on_path_ns'] / 1e6:.1f} ms on the path)"
+    )

@@ -1,0 +1,163 @@
+"""Idle time with a cause, and goodput buckets — per lane, role and step, exact to the nanosecond.
+
+A lane is idle in a step where none of its stage spans runs. Each idle nanosecond gets the FIRST
+cause that holds at that moment (so the causes partition the idle time and sum to it exactly):
+
+1. ``weight_sync``: some lane is in a weight-sync span (the pause every role sits through);
+2. ``waiting_for_rollout``: a trainer (or driver) lane while a rollout lane generates;
+3. ``waiting_for_trainer``: a rollout (or driver) lane while a trainer lane computes log-probs or
+   updates (backpressure: the replicas wait for the next weights);
+4. ``waiting_for_peers``: other lanes of the lane's own role still work (a barrier: the straggler
+   section says who);
+5. ``unexplained``: other trainer or rollout lanes work at something that explains none of the above;
+6. ``driver``: no other trainer or rollout lane runs any stage — step-boundary time, the driver's
+   own work between stages (reward, advantages, data loading) or nothing at all.
+
+Lane kinds (trainer / rollout / other) come from :func:`.model.lane_kinds`. Goodput per lane and
+role: ``productive`` = time in generation, log-prob or update; ``overhead`` = weight sync and
+unclassified stages, where not productive; ``idle`` = the rest of the step; the three sum to the
+step's wall time (the role's lanes are joined: a role is productive while any of its lanes is).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..report import intervals as iv
+from .model import OVERHEAD, PRODUCTIVE, ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds
+
+CAUSES = (
+    "weight_sync",
+    "waiting_for_rollout",
+    "waiting_for_trainer",
+    "waiting_for_peers",
+    "driver",
+    "unexplained",
+)
+BUCKETS = ("productive", "overhead", "idle")
+
+
+class _StepSets:
+    """Per-lane unions inside one window, and the run-wide sets causes are tested against."""
+
+    def __init__(self, lanes: dict[Lane, list[WorkSpan]], w: StepWindow, kinds: dict[Lane, str]) -> None:
+        lo, hi = w.start_ns, w.end_ns
+        self.work: dict[Lane, list[iv.Interval]] = {}
+        self.productive: dict[Lane, list[iv.Interval]] = {}
+        self.overhead: dict[Lane, list[iv.Interval]] = {}
+        sync, gen, train = [], [], []
+        for lane, spans in lanes.items():
+            inside = [
+                (s, (max(s.start_ns, lo), min(s.end_ns, hi)))
+                for s in spans
+                if s.start_ns < hi and s.end_ns > lo
+            ]
+            self.work[lane] = iv.union(i for _, i in inside)
+            self.productive[lane] = iv.union(i for s, i in inside if s.stage in PRODUCTIVE)
+            self.overhead[lane] = iv.union(i for s, i in inside if s.stage in OVERHEAD)
+            sync += [i for s, i in inside if s.stage == "weight_sync"]
+            if kinds[lane] == ROLLOUT:
+                gen += [i for s, i in inside if s.stage == "generation"]
+            if kinds[lane] == TRAINER:
+                train += [i for s, i in inside if s.stage in ("log_prob", "update")]
+        self.sync, self.gen, self.train = iv.union(sync), iv.union(gen), iv.union(train)
+
+
+def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) -> dict[str, int]:
+    kind = kinds[lane]
+    rest = iv.subtract([(w.start_ns, w.end_ns)], sets.work[lane])
+    out = dict.fromkeys(CAUSES, 0)
+    peers = iv.union(
+        i for other, ints in sets.work.items() if other != lane and other[0] == lane[0] for i in ints
+    )
+    # workers only: the driver's (or a reward worker's) own spans are "driver" time
+    others = iv.union(
+        i
+        for other, ints in sets.work.items()
+        if other != lane and kinds[other] in (TRAINER, ROLLOUT)
+        for i in ints
+    )
+    steps: list[tuple[str, list[iv.Interval]]] = [("weight_sync", sets.sync)]
+    if kind != ROLLOUT:
+        steps.append(("waiting_for_rollout", sets.gen))
+    if kind != TRAINER:
+        steps.append(("waiting_for_trainer", sets.train))
+    steps += [("waiting_for_peers", peers), ("unexplained", others)]
+    for cause, blocker in steps:
+        hit = iv.intersect(rest, blocker)
+        out[cause] += iv.length(hit)
+        rest = iv.subtract(rest, blocker)
+    out["driver"] = iv.length(rest)
+    return out
+
+
+def _buckets(productive: list[iv.Interval], overhead: list[iv.Interval], wall: int) -> dict[str, int]:
+    p = iv.length(productive)
+    o = iv.length(iv.subtract(overhead, productive))
+    return {"productive_ns": p, "overhead_ns": o, "idle_ns": wall - p - o}
+
+
+def idle_and_goodput(spans: list[WorkSpan], windows: list[StepWindow]) -> dict[str, Any]:
+    """The report's ``idle`` and ``goodput`` sections (schema in :data:`..report.compute.SCHEMA_DOC`)."""
+    lanes = by_lane(spans)
+    kinds = lane_kinds(lanes)
+    idle_steps, good_steps = [], []
+    idle_roles: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(("idle_ns", *CAUSES), 0))
+    good_roles: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(("wall_ns", *BUCKETS), 0))
+    for w in windows:
+        sets = _StepSets(lanes, w, kinds)
+        wall = w.end_ns - w.start_ns
+        rows = []
+        for lane, kind in kinds.items():
+            causes = _causes(lane, kinds, sets, w)
+            idle = sum(causes.values())
+            rows.append(
+                {"role": lane[0], "lane": lane[1], "kind": kind, "idle_ns": idle, "causes_ns": causes}
+            )
+            total = idle_roles[lane[0]]
+            total["idle_ns"] += idle
+            for c, ns in causes.items():
+                total[c] += ns
+        idle_steps.append({"step": w.step, "dur_ns": wall, "lanes": rows})
+        roles = []
+        for role in sorted({lane[0] for lane in kinds}):
+            mine = [lane for lane in kinds if lane[0] == role]
+            prod = iv.union(i for lane in mine for i in sets.productive[lane])
+            over = iv.union(i for lane in mine for i in sets.overhead[lane])
+            buckets = _buckets(prod, over, wall)
+            roles.append({"role": role, "lanes": len(mine), **buckets})
+            g = good_roles[role]
+            g["wall_ns"] += wall
+            for b in BUCKETS:
+                g[b] += buckets[f"{b}_ns"]
+        good_steps.append({"step": w.step, "dur_ns": wall, "roles": roles})
+    return {
+        "idle": {
+            "causes": list(CAUSES),
+            "steps": idle_steps,
+            "roles": [
+                {
+                    "role": role,
+                    "lanes": sum(1 for lane in kinds if lane[0] == role),
+                    **{"idle_ns": t["idle_ns"], "causes_ns": {c: t[c] for c in CAUSES}},
+                }
+                for role, t in sorted(idle_roles.items())
+            ],
+        },
+        "goodput": {
+            "buckets": list(BUCKETS),
+            "steps": good_steps,
+            "roles": [
+                {
+                    "role": role,
+                    "wall_ns": g["wall_ns"],
+                    **{f"{b}_ns": g[b] for b in BUCKETS},
+                    "productive_pct": round(100.0 * g["productive"] / g["wall_ns"], 2)
+                    if g["wall_ns"]
+                    else None,
+                }
+                for role, g in sorted(good_roles.items())
+            ],
+        },
+    }
