@@ -27,7 +27,16 @@ def _root() -> None:
 
 # Subcommand modules, imported lazily by name so `rl-trace --help` stays fast and a broken
 # optional command cannot take the others down.
-COMMAND_MODULES = ("config_cmd", "collect_cmd", "merge_cmd", "demo_cmd", "report_cmd", "view_cmd")
+COMMAND_MODULES = (
+    "config_cmd",
+    "collect_cmd",
+    "merge_cmd",
+    "demo_cmd",
+    "report_cmd",
+    "view_cmd",
+    "sql_cmd",
+    "diff_cmd",
+)
 
 
 def _load_commands() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import svg
+from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
 from .style import COLORS, LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
@@ -248,10 +249,20 @@ def _stage_table(summary: dict[str, Any]) -> str:
 
 def _rollout_section(summary: dict[str, Any]) -> str:
     """Requests, tail, replicas, weight sync, staleness (:mod:`.rollout_tables`); empty without them."""
-    plain = rollout_tables(summary.get("rollout"))
+    return _plain_section(
+        "Rollout: requests, long tail, weight sync, staleness", rollout_tables(summary.get("rollout"))
+    )
+
+
+def _answers_section(summary: dict[str, Any]) -> str:
+    """Goodput, idle causes, stragglers by arrival, critical path (:mod:`.answer_tables`)."""
+    return _plain_section("Answers: goodput, idle causes, stragglers, critical path", answer_tables(summary))
+
+
+def _plain_section(title: str, plain: list[Any]) -> str:
     if not plain:
         return ""
-    parts = ["<h2>Rollout: requests, long tail, weight sync, staleness</h2>"]
+    parts = [f"<h2>{esc(title)}</h2>"]
     for t in plain:
         rows = [[esc(c) for c in row] for row in t.rows]
         parts.append(f"<h3>{esc(t.title)}</h3>" + _table(t.headers, rows, t.left))
@@ -280,6 +291,7 @@ def render(summary: dict[str, Any]) -> str:
             "<p class=warn>No stage spans found: is this a merged trace of an RL-Insight-instrumented "
             "run?</p>"
         )
+    parts.append(_answers_section(summary))
     parts += [_stragglers_section(summary), _longest_section(summary), _metrics_section(summary)]
     parts.append(_rollout_section(summary))
     parts += [_provenance_section(summary), _stage_table(summary)]

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
 from .style import LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
@@ -189,6 +190,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         for st in focus[:MAX_RANK_TABLES]:
             console.print(_rank_table(st, compact))
         console.print(_overlap_table(summary, compact))
+    _plain(console, answer_tables(summary, top=top), compact)
     if summary["stragglers"]:
         console.print(_stragglers_table(summary, top, compact))
     if summary["longest_spans"]:
@@ -202,7 +204,11 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
 
 def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool) -> None:
     """The rollout section (:mod:`.rollout_tables`): requests, tail, replicas, weight sync, staleness."""
-    for plain in rollout_tables(summary.get("rollout"), slowest=top):
+    _plain(console, rollout_tables(summary.get("rollout"), slowest=top), compact)
+
+
+def _plain(console: Console, tables: list[Any], compact: bool) -> None:
+    for plain in tables:
         table = _table(plain.title, compact)
         for i, header in enumerate(plain.headers):
             table.add_column(header, justify="left" if i in plain.left else "right")

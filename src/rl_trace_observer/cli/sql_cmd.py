@@ -1,0 +1,62 @@
+"""``rl-trace sql INPUT "SELECT …"``: DuckDB over the span table (a thin shell over
+:mod:`rl_trace_observer.analysis.answers.sql_format`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+TABLES_HELP = """Tables: spans (every merged event, docs/FORMATS.md §6), steps (step, start_ns, end_ns,
+dur_ns: the report's step windows), stage_spans (run, host, pid, role, rank, step, lane, name, stage,
+category, ts_ns, dur_ns, end_ns, source, args), trace (base_ns, source); macro stage(name)."""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sql", epilog=TABLES_HELP)
+    def sql_command(
+        input: str = typer.Argument(
+            ...,
+            metavar="INPUT",
+            help="Span shards (merge --shards DIR), a merged trace (.json.gz, .pftrace with shards) "
+            "or a run directory.",
+        ),
+        query: str = typer.Argument(
+            "SELECT * FROM steps", metavar="QUERY", help="A DuckDB SQL query (default: the steps)."
+        ),
+        as_csv: bool = typer.Option(False, "--csv", help="Print CSV (every row)."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON array of objects (every row)."),
+        output: str | None = typer.Option(None, "--output", "-o", help="Write CSV/JSON here instead."),
+    ) -> None:
+        """Query the run's flat span table with SQL (DuckDB, offline)."""
+        from ..analysis.answers.sql import SqlError
+        from ..analysis.answers.sql_format import query as run_query
+        from ..analysis.answers.sql_format import to_csv, to_json, to_rich
+        from ..analysis.report.load import TraceError
+
+        if as_csv and as_json:
+            typer.echo("error: give --csv or --json, not both", err=True)
+            raise typer.Exit(2)
+        if output and not (as_csv or as_json):
+            typer.echo("error: --output needs --csv or --json", err=True)
+            raise typer.Exit(2)
+        try:
+            result = run_query(input, query)
+        except (SqlError, TraceError) as exc:
+            typer.echo(f"error: {input}: {exc}" if str(input) not in str(exc) else f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        if as_csv or as_json:
+            data = to_csv(result).encode() if as_csv else to_json(result)
+            if output:
+                from ..capture.atomic import write_atomic
+
+                write_atomic(Path(output), data)
+                typer.echo(f"wrote {output} ({len(result.rows)} rows)", err=True)
+            else:
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+            return
+        from rich.console import Console
+
+        Console().print(to_rich(result))
