@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO_STEPS = 3
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token auth by default
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -66,6 +68,35 @@ def engine() -> Iterator[Any]:
         pytest.skip(reason)
     with pe.Engine() as eng:
         yield eng
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `rl-trace demo` run (real Ray, torch.profiler, VizTracer, RL-Insight, collect, merge, report),
+    shared by every test module that reads its outputs."""
+    out = tmp_path_factory.mktemp("demo") / "out"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_trace_observer.cli.main",
+            "demo",
+            "--out",
+            str(out),
+            "--steps",
+            str(DEMO_STEPS),
+        ],
+        env=clean_env(RAY_USAGE_STATS_ENABLED="0"),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,
+    )
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, f"demo failed:\n{proc.stdout}\n{proc.stderr}"
+    print(f"demo took {seconds:.1f} s\n{proc.stderr}")
+    return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "seconds": seconds}
 
 
 @pytest.fixture

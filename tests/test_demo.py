@@ -8,7 +8,6 @@ import math
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from rl_trace_observer.demo.model import EOS, PROMPT_LEN, VOCAB, PolicyEngine, prompts_for, reward_of
 
-from .conftest import ROOT, clean_env
+from .conftest import DEMO_STEPS
 
 STAGE_SQL = (
     "select name, count(*) as n from slice where name in "
@@ -32,35 +31,8 @@ FLOWS_SQL = (
     "select count(*) from flow f join slice a on f.slice_out = a.id join slice b on f.slice_in = b.id "
     "where a.name = 'rollout_request' and b.name = 'engine_request'"
 )
-STEPS = 3
+STEPS = DEMO_STEPS
 REQUESTS = 2 * 48 * STEPS  # two replicas, 48 samples each per step (DemoConfig)
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("demo") / "out"
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rl_trace_observer.cli.main",
-            "demo",
-            "--out",
-            str(out),
-            "--steps",
-            str(STEPS),
-        ],
-        env=clean_env(RAY_USAGE_STATS_ENABLED="0"),
-        capture_output=True,
-        text=True,
-        timeout=400,
-        cwd=ROOT,
-    )
-    seconds = time.monotonic() - t0
-    assert proc.returncode == 0, f"demo failed:\n{proc.stdout}\n{proc.stderr}"
-    print(f"demo took {seconds:.1f} s\n{proc.stderr}")
-    return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "seconds": seconds}
 
 
 @pytest.mark.slow

@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
         try:
             result = d.compare(d.load_summary(a), d.load_summary(b), skip_first=skip_first)
             failures = d.check(result, thresholds)
+        except d.ThresholdError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         except d.DiffError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None

@@ -37,6 +37,10 @@ class DiffError(ValueError):
     """A bad input or threshold; the message says which and how to fix it."""
 
 
+class ThresholdError(DiffError):
+    """A ``--fail-if`` expression that cannot be read or names no series (a usage error)."""
+
+
 def load_summary(path: str | Path) -> dict[str, Any]:
     """A report summary: a report JSON as is, else the report of ``path`` (computed now)."""
     p = Path(path)
@@ -122,7 +126,7 @@ class Threshold:
     def parse(cls, text: str) -> Threshold:
         m = _EXPR.match(text)
         if not m:
-            raise DiffError(
+            raise ThresholdError(
                 f"--fail-if {text!r}: expected KEY>VALUE or KEY<VALUE with a unit, "
                 "e.g. 'update>+10%', 'step>+50ms', 'trainer/idle<-5%'"
             )
@@ -149,7 +153,7 @@ def check(result: dict[str, Any], thresholds: list[Threshold]) -> list[str]:
         rows = [r for r in result["rows"] if t.matches(r)]
         if not rows:
             known = sorted({r["key"] for r in result["rows"]} | {r["category"] for r in result["rows"]})
-            raise DiffError(f"--fail-if {t.text!r}: no series {t.key!r}; known: {', '.join(known)}")
+            raise ThresholdError(f"--fail-if {t.text!r}: no series {t.key!r}; known: {', '.join(known)}")
         for r in rows:
             if t.tripped(r):
                 failures.append(f"{r['key']} {describe(r)} (threshold {t.text})")

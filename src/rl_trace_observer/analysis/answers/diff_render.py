@@ -38,8 +38,11 @@ def terminal(result: dict[str, Any], limit: int = MAX_TERMINAL_ROWS) -> Any:
         title_justify="left",
         caption="ranked by how far each change lies outside its noise band (2 standard errors)",
     )
+    widest = max((len(r["key"]) for r in result["rows"][:limit]), default=10)
     for i, h in enumerate(HEADERS):
-        table.add_column(h, justify="left" if i in (0, 6) else "right")
+        # the series name is what a user greps for: never cut it
+        width = min(widest, 48) if i == 0 else None
+        table.add_column(h, justify="left" if i in (0, 6) else "right", overflow="fold", min_width=width)
     for row in result["rows"][:limit]:
         cells = _cells(row)
         style = "" if row["within_noise"] else ("red" if row["delta_ns"] > 0 else "green")

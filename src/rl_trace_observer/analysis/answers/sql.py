@@ -37,7 +37,25 @@ from ..report.inputs import InputError, resolve
 from ..report.load import Span
 from ..report.stages import STAGE_TABLE, STEP
 
-__all__ = ["SqlError", "open_run", "stage_macro"]
+__all__ = ["EXAMPLES", "SqlError", "open_run", "stage_macro"]
+
+# Report figures re-derived with one query each; the README shows them verbatim and a test runs them
+# on the demo run against the report's own numbers.
+EXAMPLES = {
+    # steps[].roles[].mean_ns: time per step, role and stage, mean per lane of the role
+    "stage_time": """SELECT step, role, stage, sum(dur_ns) / any_value(lanes) AS mean_ns
+FROM stage_spans
+JOIN (SELECT role, count(DISTINCT lane) AS lanes FROM stage_spans GROUP BY role) USING (role)
+GROUP BY ALL ORDER BY ALL""",
+    # arrivals.events[]: who reached the end of each stage last, and how far behind the next-latest
+    "arrivals": """WITH arrival AS (
+  SELECT step, role, name, lane, max(end_ns) AS end_ns FROM stage_spans GROUP BY ALL)
+SELECT step, role, name, arg_max(lane, end_ns) AS last_lane,
+       max(end_ns) - list_sort(list(end_ns), 'DESC')[2] AS lag_ns
+FROM arrival GROUP BY ALL HAVING count(*) > 1 ORDER BY ALL""",
+    # steps[].dur_ns: the slowest steps first
+    "steps": "SELECT step, dur_ns / 1e6 AS wall_ms FROM steps ORDER BY dur_ns DESC",
+}
 
 INSTALL_HINT = "rl-trace sql needs DuckDB: pip install 'rl-trace-observer[sql]'"
 

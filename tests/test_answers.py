@@ -1,0 +1,227 @@
+"""Answers on hand-built stage spans whose idle causes, stragglers and critical path are known by
+construction (exact ns), plus hypothesis properties: goodput buckets and idle causes sum to the step's
+wall time, the critical path tiles the step, the delayed rank is the one found arriving last."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl_trace_observer.analysis.answers import StepWindow, WorkSpan, answer_sections
+from rl_trace_observer.analysis.answers.arrivals import arrivals, sentence
+from rl_trace_observer.analysis.answers.critical_path import critical_paths
+from rl_trace_observer.analysis.answers.idle import CAUSES, idle_and_goodput
+from rl_trace_observer.analysis.report import intervals as iv
+from rl_trace_observer.analysis.report.stages import classify
+
+W = StepWindow(7, 10_000, 11_000)  # one step: 1000 ns, not starting at 0
+
+
+def span(role: str, lane: str, name: str, start: int, end: int) -> WorkSpan:
+    return WorkSpan(role, lane, name, classify(name), W.start_ns + start, W.start_ns + end)
+
+
+# driver, two replicas (replica_1 generates 80 ns longer), two trainer ranks (rank_1 updates 60 ns longer)
+SPANS = [
+    span("driver", "driver", "compute_advantage", 500, 520),
+    span("rollout", "replica_0", "vllm_generate", 100, 400),
+    span("rollout", "replica_0", "update_weights", 900, 950),
+    span("rollout", "replica_1", "vllm_generate", 100, 480),
+    span("trainer", "rank_0", "actor_compute_log_prob", 530, 580),
+    span("trainer", "rank_0", "actor_update", 600, 800),
+    span("trainer", "rank_0", "update_weights", 880, 950),
+    span("trainer", "rank_1", "actor_compute_log_prob", 530, 590),
+    span("trainer", "rank_1", "actor_update", 600, 860),
+    span("trainer", "rank_1", "update_weights", 880, 950),
+]
+
+
+def _lane(section: dict, lane: str) -> dict:
+    return next(r for r in section["idle"]["steps"][0]["lanes"] if r["lane"] == lane)
+
+
+def test_idle_causes_are_exact() -> None:
+    out = idle_and_goodput(SPANS, [W])
+    rank0 = _lane(out, "rank_0")
+    assert rank0["kind"] == "trainer" and rank0["idle_ns"] == 680
+    # idle [0,530) [580,600) [800,880) [950,1000): generation [100,480) → waiting for rollout; rank_1
+    # still working [580,590) [800,860) → peers; the rest (nobody else works) → driver
+    assert rank0["causes_ns"] == {
+        "weight_sync": 0,
+        "waiting_for_rollout": 380,
+        "waiting_for_trainer": 0,
+        "waiting_for_peers": 70,
+        "driver": 230,
+        "unexplained": 0,
+    }
+    rep0 = _lane(out, "replica_0")
+    assert rep0["kind"] == "rollout" and rep0["idle_ns"] == 650
+    # idle [0,100) [400,900) [950,1000): replica_1 [400,480) peers; trainer weight sync [880,900);
+    # training [530,590) [600,860) → waiting for trainer; the rest → driver
+    assert rep0["causes_ns"] == {
+        "weight_sync": 20,
+        "waiting_for_rollout": 0,
+        "waiting_for_trainer": 320,
+        "waiting_for_peers": 80,
+        "driver": 230,
+        "unexplained": 0,
+    }
+    driver = _lane(out, "driver")
+    assert driver["kind"] == "other" and driver["idle_ns"] == 980
+    assert driver["causes_ns"]["waiting_for_rollout"] == 380
+    assert driver["causes_ns"]["waiting_for_trainer"] == 320
+    assert driver["causes_ns"]["weight_sync"] == 70
+
+
+def test_goodput_buckets_are_exact() -> None:
+    roles = {r["role"]: r for r in idle_and_goodput(SPANS, [W])["goodput"]["steps"][0]["roles"]}
+    assert roles["trainer"] | {} == {
+        "role": "trainer",
+        "lanes": 2,
+        "productive_ns": 320,  # [530,590) ∪ [600,860)
+        "overhead_ns": 70,  # weight sync [880,950)
+        "idle_ns": 610,
+    }
+    assert (roles["rollout"]["productive_ns"], roles["rollout"]["overhead_ns"]) == (380, 50)
+    assert (roles["driver"]["productive_ns"], roles["driver"]["overhead_ns"]) == (0, 20)
+
+
+def test_stragglers_by_arrival_are_exact() -> None:
+    out = arrivals(SPANS, [W])
+    by_point = {(e["role"], e["point"]): e for e in out["events"]}
+    update = by_point[("trainer", "stage actor_update")]
+    assert (update["last_lane"], update["lag_ns"], update["spread_ns"], update["arrival_ns"]) == (
+        "rank_1",
+        60,
+        60,
+        860,
+    )
+    gen = by_point[("rollout", "stage vllm_generate")]
+    assert (gen["last_lane"], gen["lag_ns"]) == ("replica_1", 80)
+    end = by_point[("*", "step end")]
+    assert end["lanes"] == 4 and end["lag_ns"] == 0 and end["spread_ns"] == 470
+    row = next(r for r in out["summary"] if r["point"] == "stage actor_update")
+    assert sentence(row) == (
+        "rank_1 arrived last at stage actor_update (trainer) in 1 of 1 steps, median 0.0 ms behind the next"
+    )
+
+
+def test_critical_path_is_exact_and_tiles_the_step() -> None:
+    (path,) = critical_paths(SPANS, [W])
+    got = [(s["lane"], s["name"], s["start_ns"], s["dur_ns"]) for s in path["segments"]]
+    assert got == [
+        (None, "gap", 0, 100),
+        ("replica_1", "vllm_generate", 100, 380),
+        (None, "gap", 480, 20),
+        ("driver", "compute_advantage", 500, 20),
+        (None, "gap", 520, 10),
+        ("rank_1", "actor_compute_log_prob", 530, 60),
+        (None, "gap", 590, 10),
+        ("rank_1", "actor_update", 600, 260),
+        (None, "gap", 860, 20),
+        ("rank_0", "update_weights", 880, 70),  # three end at 950: the longest, then the first lane
+        (None, "gap", 950, 50),
+    ]
+    assert path["dur_ns"] == 1000 == sum(s["dur_ns"] for s in path["segments"])
+    assert path["by_stage_ns"] == {
+        "gap": 210,
+        "generation": 380,
+        "log_prob": 60,
+        "other": 20,
+        "update": 260,
+        "weight_sync": 70,
+    }
+    top = path["what_if"][0]
+    assert top["stage"] == "generation" and top["saving_ns"] == {"10": 38, "25": 95, "50": 190}
+
+
+def test_no_spans_and_no_windows() -> None:
+    assert answer_sections([], [])["critical_path"] == []
+    out = answer_sections([], [W])
+    assert out["critical_path"][0]["segments"] == [
+        {"role": None, "lane": None, "name": "gap", "stage": "gap", "start_ns": 0, "dur_ns": 1000}
+    ]
+    assert out["arrivals"]["events"] == [] and out["idle"]["steps"][0]["lanes"] == []
+
+
+def test_interval_subtract() -> None:
+    assert iv.subtract([(0, 10), (20, 30)], [(5, 22), (25, 26)]) == [(0, 5), (22, 25), (26, 30)]
+    assert iv.subtract([(0, 10)], []) == [(0, 10)] and iv.subtract([], [(0, 1)]) == []
+
+
+# ------------------------------------------------------------------------------------ properties
+NAMES = ["vllm_generate", "actor_update", "actor_compute_log_prob", "update_weights", "compute_advantage"]
+LANES = [("trainer", "rank_0"), ("trainer", "rank_1"), ("rollout", "replica_0"), ("driver", "driver")]
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
+    n_steps = draw(st.integers(1, 3))
+    windows, spans, t = [], [], 0
+    for step in range(n_steps):
+        length = draw(st.integers(1, 10_000))
+        windows.append(StepWindow(step, t, t + length))
+        t += length + draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(0, 30))):
+        role, lane = draw(st.sampled_from(LANES))
+        name = draw(st.sampled_from(NAMES))
+        start = draw(st.integers(-100, t + 100))
+        spans.append(WorkSpan(role, lane, name, classify(name), start, start + draw(st.integers(1, 5_000))))
+    return spans, windows
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs())
+def test_buckets_and_causes_sum_to_the_wall_time(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
+    spans, windows = run
+    out = answer_sections(spans, windows)
+    for w, good, idle in zip(windows, out["goodput"]["steps"], out["idle"]["steps"], strict=True):
+        wall = w.end_ns - w.start_ns
+        for role in good["roles"]:
+            assert role["productive_ns"] + role["overhead_ns"] + role["idle_ns"] == wall
+            assert min(role["productive_ns"], role["overhead_ns"], role["idle_ns"]) >= 0
+        for lane in idle["lanes"]:
+            mine = [(s.start_ns, s.end_ns) for s in spans if (s.role, s.lane) == (lane["role"], lane["lane"])]
+            assert lane["idle_ns"] == wall - iv.covered(mine, w.start_ns, w.end_ns)
+            assert sum(lane["causes_ns"][c] for c in CAUSES) == lane["idle_ns"]
+            assert min(lane["causes_ns"].values()) >= 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs())
+def test_critical_path_tiles_each_step(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
+    spans, windows = run
+    for w, path in zip(windows, critical_paths(spans, windows), strict=True):
+        assert path["dur_ns"] == w.end_ns - w.start_ns == sum(s["dur_ns"] for s in path["segments"])
+        at = 0
+        for seg in path["segments"]:  # contiguous, non-empty, in order
+            assert seg["start_ns"] == at and seg["dur_ns"] > 0
+            at += seg["dur_ns"]
+        assert sum(path["by_stage_ns"].values()) == path["dur_ns"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(100, 1_000), min_size=2, max_size=8),
+    st.data(),
+    st.integers(1, 10),
+)
+def test_the_delayed_rank_arrives_last(durations: list[int], data: st.DataObject, steps: int) -> None:
+    late = data.draw(st.integers(0, len(durations) - 1))
+    delay = data.draw(st.integers(1, 500))
+    spans, windows = [], []
+    for step in range(steps):
+        base = step * 10_000
+        windows.append(StepWindow(step, base, base + 5_000))
+        for rank, dur in enumerate(durations):
+            # every rank finishes by max(durations); the delayed one later by ``delay``
+            end = base + max(durations) + (delay if rank == late else 0)
+            spans.append(WorkSpan("trainer", f"rank_{rank}", "actor_update", "update", end - dur, end))
+    out = arrivals(spans, windows)
+    (row,) = [r for r in out["summary"] if r["point"] == "stage actor_update"]
+    assert (row["lane"], row["last_in"], row["steps"], row["median_lag_ns"]) == (
+        f"rank_{late}",
+        steps,
+        steps,
+        delay,
+    )
