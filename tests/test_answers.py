@@ -139,7 +139,16 @@ def test_no_spans_and_no_windows() -> None:
     assert answer_sections([], [])["critical_path"] == []
     out = answer_sections([], [W])
     assert out["critical_path"][0]["segments"] == [
-        {"role": None, "lane": None, "name": "gap", "stage": "gap", "start_ns": 0, "dur_ns": 1000}
+        {
+            "role": None,
+            "lane": None,
+            "name": "gap",
+            "stage": "gap",
+            "start_ns": 0,
+            "dur_ns": 1000,
+            "trace_pid": None,
+            "trace_tid": None,
+        }
     ]
     assert out["arrivals"]["events"] == [] and out["idle"]["steps"][0]["lanes"] == []
 

@@ -4,6 +4,7 @@ the report's figures with the README's queries, and the report showing every ans
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -231,3 +232,40 @@ def test_diff_gate_on_the_demo(demo: dict[str, Any], tmp_path: Path) -> None:
     b.write_text(json.dumps(slower))
     gate = cli("diff", str(out / "report.json"), str(b), "--fail-if", "trainer/update>+10%", "-q")
     assert gate.returncode == 1 and "FAIL: trainer/update +50.0 %" in gate.stderr
+
+
+PATH_SLICES_SQL = (
+    "select count(*) from slice s join thread_track tt on s.track_id = tt.id join thread using (utid) "
+    "join process using (upid) where process.name = 'critical path'"
+)
+PATH_FLOWS_SQL = (
+    "select a.name, b.name from flow f join slice a on f.slice_out = a.id join slice b on f.slice_in = b.id "
+    "where a.category = 'rl_insight' and b.category = 'rl_insight' order by a.ts"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.perfetto
+@pytest.mark.parametrize("source", ["shards", "trace.json.gz"])
+def test_critical_path_drawn_into_the_trace_opens_in_perfetto(
+    demo: dict[str, Any], tmp_path: Path, source: str
+) -> None:
+    engine = pytest.importorskip("rl_trace_observer.analysis.perfetto.engine")
+    reason = engine.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    out: Path = demo["out"]
+    drawn = tmp_path / "path.json.gz"
+    proc = cli(
+        "report", str(out / source), "-q", "--critical-path", str(drawn), "--json", str(tmp_path / "r.json")
+    )
+    assert proc.returncode == 0, proc.stderr
+    paths = json.loads((tmp_path / "r.json").read_text())["critical_path"]
+    res = engine.shared_engine().load(drawn, [PATH_SLICES_SQL, PATH_FLOWS_SQL])
+    assert res.loaded and res.error_stats == (), res.summary()
+    assert res.query(PATH_SLICES_SQL).rows == ((sum(len(p["segments"]) for p in paths),),)
+    want = []
+    for p in paths:
+        spans = [s["name"] for s in p["segments"] if s["trace_pid"] is not None and s["dur_ns"] >= 2]
+        want += list(itertools.pairwise(spans))
+    assert list(res.query(PATH_FLOWS_SQL).rows) == want

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,12 +17,18 @@ def register(app: typer.Typer) -> None:
         ),
         html: str | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         json_path: str | None = typer.Option(
-            None, "--json", help="Write the JSON summary (schema rl-trace-report/2)."
+            None, "--json", help="Write the JSON summary (schema rl-trace-report/3)."
         ),
         manifest: str | None = typer.Option(
             None, "--manifest", help="Merge manifest (default: INPUT.manifest.json)."
         ),
         top: int = typer.Option(10, "--top", min=1, help="Rows in the stragglers table."),
+        critical_path: str | None = typer.Option(
+            None,
+            "--critical-path",
+            help="Also write the merged trace with the critical path drawn in (a `critical path` track "
+            "and a flow chain) to this .json.gz.",
+        ),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No terminal tables (files only)."),
     ) -> None:
         """Where each step's time went: per role and rank, overlap, stragglers, metrics, clock, artifacts."""
@@ -41,6 +48,8 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             typer.echo(f"error: cannot write the report ({exc})", err=True)
             raise typer.Exit(1) from None
+        if critical_path:
+            written.append(_draw_path(input, summary, Path(critical_path)))
         if not quiet:
             render(summary, Console(), top=top)
         for path in written:
@@ -49,3 +58,19 @@ def register(app: typer.Typer) -> None:
             typer.echo("warning: no RL-Insight stage spans or known stage names in this trace", err=True)
         if Path(input).is_file():
             typer.echo(f"next: rl-trace view {input}", err=True)
+
+
+def _draw_path(input: str, summary: dict[str, Any], output: Path) -> Path:
+    from ..analysis.answers.highlight import merged_json, write_with_path
+    from ..analysis.report.inputs import InputError
+
+    try:
+        with merged_json(input) as trace:
+            write_with_path(trace, summary["critical_path"], output)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"error: cannot write {output} ({exc})", err=True)
+        raise typer.Exit(1) from None
+    return output

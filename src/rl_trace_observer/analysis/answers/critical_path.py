@@ -70,6 +70,8 @@ def _segment(s: WorkSpan | None, start: int, end: int) -> dict[str, Any]:
             "stage": GAP,
             "start_ns": start,
             "dur_ns": end - start,
+            "trace_pid": None,
+            "trace_tid": None,
         }
     return {
         "role": s.role,
@@ -78,6 +80,8 @@ def _segment(s: WorkSpan | None, start: int, end: int) -> dict[str, Any]:
         "stage": s.stage,
         "start_ns": start,
         "dur_ns": end - start,
+        "trace_pid": s.pid,
+        "trace_tid": s.tid,
     }
 
 

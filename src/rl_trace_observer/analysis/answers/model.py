@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "OVERHEAD",
@@ -36,6 +36,8 @@ class WorkSpan(NamedTuple):
     stage: str  # the stage table's category (generation, log_prob, update, weight_sync, other)
     start_ns: int
     end_ns: int
+    pid: Any = None  # the merged trace's process and thread ids (to point at the span in Perfetto)
+    tid: Any = None
 
 
 class StepWindow(NamedTuple):

@@ -1,7 +1,7 @@
 """Where each step's time went: the report's numbers, computed once into a versioned JSON summary.
 
 Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
-``rl-trace-report/2``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
+``rl-trace-report/3``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
 all present, so the three never disagree. All durations are exact integer nanoseconds on the
 merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
 
@@ -439,7 +439,7 @@ def build_summary(
 def work_spans(idx: _Index) -> list[WorkSpan]:
     """The stage spans as the answers' flat rows (who, name, category, start, end)."""
     return [
-        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns)
+        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid)
         for who in idx.whos
         for s in idx.spans_of[who]
     ]
