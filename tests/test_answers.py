@@ -234,3 +234,29 @@ def test_the_delayed_rank_arrives_last(durations: list[int], data: st.DataObject
         steps,
         delay,
     )
+
+
+def test_verl_timing_metrics_are_checked_against_the_spans() -> None:
+    from rl_trace_observer.analysis.answers.verl_metrics import metric_check
+
+    goodput = idle_and_goodput(SPANS, [W])["goodput"]
+    metrics = [
+        {"name": "timing_s/step", "steps": [{"step": 7, "mean": 1000e-9}]},  # exactly the window
+        {"name": "timing_s/gen", "steps": [{"step": 7, "mean": 400e-9}]},  # ours: [100,480) = 380 → +5.26 %
+        {"name": "timing_s/update_actor", "steps": [{"step": 7, "mean": 270e-9}]},  # ours 260 → +3.85 %
+        {"name": "timing_s/unknown_phase", "steps": [{"step": 7, "mean": 1.0}]},  # not reproducible: left out
+        {"name": "trainer/idle_ratio", "steps": [{"step": 7, "mean": 0.0}]},  # ours: 610/1000 → -61 pt
+        {"name": "actor/pg_loss", "steps": [{"step": 7, "mean": 0.3}]},
+        {"name": "timing_s/step", "steps": [{"step": 99, "mean": 1.0}]},  # no such step window
+    ]
+    check = metric_check(SPANS, [W], metrics, goodput)
+    assert check is not None
+    got = {r["metric"]: (r["verl"], r["ours"], r["diff_pct"], r["disagree"]) for r in check["rows"]}
+    assert got == {
+        "timing_s/step": (1000, 1000, 0.0, False),
+        "timing_s/gen": (400, 380, 5.26, True),
+        "timing_s/update_actor": (270, 260, 3.85, False),
+        "trainer/idle_ratio": (0.0, 0.61, -61.0, True),
+    }
+    assert check["disagreements"] == 2
+    assert metric_check(SPANS, [W], [metrics[-2]], goodput) is None

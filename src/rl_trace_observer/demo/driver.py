@@ -236,11 +236,16 @@ def _step(
         if profiled:
             _clock_boundary(step, "begin")
             loop.profile(step, True)
+        step_t0 = time.perf_counter()
+        gen_t0: float | None = None
         if pending_gen is None:  # sync mode (and async step 1): fresh weights, then generate
             loop.launch_sync(step, policy_version=step - 1).wait()
+            gen_t0 = time.perf_counter()
             pending_gen = loop.launch_generate(step)
         waited = time.time_ns()
         samples = [s for batch in pending_gen for s in batch.wait()]
+        if gen_t0 is not None:  # VERL's own timer for the phase (`timing_s/gen`), as its trainer logs it
+            observe.gauge("timing_s/gen", time.perf_counter() - gen_t0, step=str(step))
         next_gen: list[_Requests] | None = None
         sync: _Sync | None = None
         if cfg.mode == "async" and step < cfg.steps:
@@ -254,6 +259,7 @@ def _step(
         if profiled:
             result.profile_files += loop.profile(step, False)
             _clock_boundary(step, "end")
+        observe.gauge("timing_s/step", time.perf_counter() - step_t0, step=str(step))
     return next_gen
 
 

@@ -122,11 +122,35 @@ def _critical(paths: list[dict[str, Any]]) -> PlainTable | None:
     )
 
 
+def _metric_check(check: dict[str, Any] | None) -> PlainTable | None:
+    if not check:
+        return None
+    rows = []
+    for r in check["rows"]:
+        show = fmt_ns if r["unit"] == "ns" else (lambda v: f"{100 * v:.1f}%")
+        diff = (
+            "—" if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}" + (" %" if r["unit"] == "ns" else " pt")
+        )
+        rows.append(
+            [r["metric"], step_label(r["step"]), show(r["verl"]), show(r["ours"]), diff,
+             "DISAGREES" if r["disagree"] else "ok"]
+        )  # fmt: skip
+    return PlainTable(
+        f"VERL's own timing metrics vs the timeline ({check['disagreements']} disagree by > "
+        f"{check['threshold_pct']:.0f} %)",
+        ["metric", "step", "VERL", "timeline", "difference", "verdict"],
+        rows,
+        (0, 5),
+        "timeline: the union of the phase's stage spans over every lane in the step (idle ratios: goodput)",
+    )
+
+
 def tables(summary: dict[str, Any], *, top: int = MAX_ARRIVALS) -> list[PlainTable]:
     out = [
         _goodput(summary.get("goodput") or {}),
         _idle(summary.get("idle") or {}),
         _arrivals(summary.get("arrivals") or {}, top),
         _critical(summary.get("critical_path") or []),
+        _metric_check(summary.get("metric_check")),
     ]
     return [t for t in out if t is not None]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers.verl_metrics import metric_check
 from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
@@ -88,7 +89,9 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
           summary[{role, point, lane, last_in, steps, median_lag_ns, max_lag_ns, median_spread_ns}]},
  critical_path[{step, start_ns, dur_ns, segments[{role, lane, name, stage, start_ns, dur_ns}],
                 segments_total, by_stage_ns{<stage>|gap: int}, what_if[{stage, on_path_ns, share_pct,
-                saving_ns{"10"|"25"|"50": int}}]}]}.
+                saving_ns{"10"|"25"|"50": int}}]}],
+ metric_check{threshold_pct, disagreements, rows[{metric, step, unit (ns | ratio), verl, ours, diff_pct,
+              disagree}]} | null}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -403,7 +406,10 @@ def build_summary(
             }
         )
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
-    answers = answer_sections(work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows])
+    rows, answer_windows = work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows]
+    answers = answer_sections(rows, answer_windows)
+    metric_rows = metrics(data, windows)
+    answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
     return {
         "schema": SCHEMA,
         "source": {
@@ -423,7 +429,7 @@ def build_summary(
         "overlap": run_overlap,
         "stragglers": stragglers(idx, windows),
         "longest_spans": longest_spans(data, windows),
-        "metrics": metrics(data, windows),
+        "metrics": metric_rows,
         "gantt": gantt(idx, windows),
         "clock": clock,
         "artifacts": artifacts,
