@@ -175,7 +175,7 @@ def runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
         role, lane = draw(st.sampled_from(LANES))
         name = draw(st.sampled_from(NAMES))
         start = draw(st.integers(-100, t + 100))
-        spans.append(WorkSpan(role, lane, name, classify(name), start, start + draw(st.integers(1, 5_000))))
+        spans.append(WorkSpan(role, lane, name, classify(name), start, start + draw(st.integers(0, 5_000))))
     return spans, windows
 
 

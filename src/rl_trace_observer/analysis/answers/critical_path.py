@@ -35,7 +35,7 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     clipped = [
         (min(s.end_ns, hi), min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], s)
         for s in spans
-        if s.start_ns < hi and s.end_ns > lo
+        if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns  # zero-length spans wait for nothing
     ]
     clipped.sort(key=lambda c: (c[0], c[1], c[2]))  # the last of equal ends: longest, then first lane
     ends = [c[0] for c in clipped]
