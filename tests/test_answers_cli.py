@@ -216,6 +216,14 @@ def test_demo_report_answers(demo: dict[str, Any]) -> None:
         "Critical path per step" in html and "Idle time by cause" in html and "Stragglers by arrival" in html
     )
     assert "Goodput per role" in demo["stdout"]
+    assert "rl-trace sql " in demo["stdout"] and "rl-trace diff " in demo["stdout"]
+    assert "--critical-path" in demo["stdout"]
+    # the demo's driver logs VERL-style timers: each step's is put beside the timeline's figure
+    checked = {(r["metric"], r["step"]) for r in report["metric_check"]["rows"]}
+    assert {("timing_s/step", s) for s in walls} <= checked
+    assert {("timing_s/gen", s) for s in walls} <= checked
+    step_rows = [r for r in report["metric_check"]["rows"] if r["metric"] == "timing_s/step"]
+    assert all(r["ours"] == walls[r["step"]] and r["verl"] <= r["ours"] for r in step_rows)
 
 
 @pytest.mark.slow

@@ -84,6 +84,12 @@ def _print_outputs(out: Any, console: Console) -> None:
     say(f"  2. rl-trace view {out.pftrace}    (serves it on 127.0.0.1 and prints a deep link)")
     say(f"  3. the report: open file://{out.report_html} in a browser, or")
     say(f"     rl-trace report {out.json_trace} --html report.html --json report.json")
+    say(f"  4. the critical path drawn in: rl-trace report {out.json_trace} -q --critical-path path.json.gz")
+    if out.shards is not None:
+        query = "SELECT step, role, stage, sum(dur_ns) FROM stage_spans GROUP BY ALL"
+        say(f'  5. SQL: rl-trace sql {out.shards} "{query}"')
+    if out.report_json is not None:
+        say(f"  6. compare a later run: rl-trace diff {out.report_json} NEW_RUN --fail-if 'update>+10%'")
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in out.timings.items())
     say(f"\nTook {timings}.", "dim")
 
