@@ -12,7 +12,7 @@ echo "== mypy (strict on capture, config, merge)"
 .venv/bin/mypy
 echo "== pytest"
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

@@ -225,6 +225,25 @@ def test_each_rank_lines_up_inside_the_profiled_step(
     assert res.queries[1].check().dicts()[0]["n"] == total_starts, "every viztracer->proton flow kept"
 
 
+REQUESTS = """
+select count(*) as n, sum(s.name = 'engine_request') as linked,
+       sum(extract_arg(s.arg_set_id, 'args.request_id')
+           = extract_arg(c.arg_set_id, 'args.request_id')) as same
+from slice c left join flow f on f.slice_out = c.id left join slice s on s.id = f.slice_in
+where c.name = 'rollout_request'
+"""
+
+
+@pytest.mark.perfetto
+def test_requests_reach_tokenspeed_with_their_rid(merged: tuple[Path, dict[str, Any]], engine: Any) -> None:
+    """Issue 13's request spans on this rollout too: every agent-loop request has one flow to the
+    TokenSpeed server's span of the same request id (the rid TokenSpeed logs)."""
+    path, _ = merged
+    res = engine.load(path, queries=[REQUESTS])
+    (row,) = res.queries[0].check().dicts()
+    assert row["n"] > 0 and row["linked"] == row["n"] == row["same"], row
+
+
 def test_matches_tokenspeeds_own_merge_traces(
     run: Run, merged: tuple[Path, dict[str, Any]], engine: Any
 ) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..integrations.ray.collect_node import chunk_view
+from ..integrations.ray.node_stream import Stalled, drain, pinned
 from .node import JobDone, NodeJob
 from .store import Landing, Store, StoreError
 
@@ -115,10 +116,6 @@ class Receiver:
             landing.abort()
 
 
-class Stalled(RuntimeError):
-    """The node sent nothing for ``stall_timeout_s``."""
-
-
 def gather(
     ray: Any,
     convert_remote: Any,
@@ -134,29 +131,19 @@ def gather(
     one_line: Callable[[BaseException], str],
 ) -> None:
     """Run one node's jobs and land what they make; every failure ends up in ``run``, nothing raised."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     started = time.monotonic()
     receiver = Receiver(store, run, results)
     gen = None
     try:
-        gen = convert_remote.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(run.node_id, soft=False),
-            _generator_backpressure_num_objects=in_flight,
-        ).remote(items, workers, chunk)
-        while not receiver.finished:
-            ready, _ = ray.wait([gen], timeout=stall_timeout_s)
-            if not ready:
-                raise Stalled(f"no answer from the node for {stall_timeout_s:g} s")
-            try:
-                ref = next(gen)
-            except StopIteration:
-                raise RuntimeError("the node's task ended without its final message") from None
-            batch = ray.get(ref)
-            del ref
-            for msg in batch:
-                receiver.handle(msg)
-            del batch
+        gen = pinned(convert_remote, run.node_id, in_flight).remote(items, workers, chunk)
+        drain(
+            ray,
+            gen,
+            finished=lambda: receiver.finished,
+            handle=receiver.handle,
+            stall_timeout_s=stall_timeout_s,
+            what="answer",
+        )
         run.status = "ok"
     except Stalled as exc:
         run.status, run.error = "stalled", str(exc)

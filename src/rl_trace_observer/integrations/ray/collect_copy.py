@@ -18,6 +18,7 @@ from typing import Any
 from .collect_dest import Destination, Landing
 from .collect_node import chunk_view, safe_rel
 from .collect_report import CollectProgress, NodeReport
+from .node_stream import Stalled, drain, pinned
 
 INDEX_SAVE_INTERVAL_S = 2.0
 FileHook = Callable[[str, str, int], None]
@@ -174,31 +175,19 @@ class Receiver:
             landing.abort()
 
 
-class Stalled(RuntimeError):
-    """The node sent nothing for ``stall_timeout_s``: treated like a lost node, the others go on."""
-
-
 def _consume(job: CopyJob, todo: list[list[Any]], receiver: Receiver, ray: Any, stream_remote: Any) -> None:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    gen = stream_remote.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(job.node_id, soft=False),
-        _generator_backpressure_num_objects=job.in_flight,
-    ).remote(job.output_dir, [f[0] for f in todo], job.chunk_size, job.retries)
+    gen = pinned(stream_remote, job.node_id, job.in_flight).remote(
+        job.output_dir, [f[0] for f in todo], job.chunk_size, job.retries
+    )
     try:
-        while not receiver.done:
-            ready, _ = ray.wait([gen], timeout=job.stall_timeout_s)
-            if not ready:
-                raise Stalled(f"no data from the node for {job.stall_timeout_s:g} s")
-            try:
-                ref = next(gen)
-            except StopIteration:
-                raise RuntimeError("collector task ended without its final message") from None
-            batch = ray.get(ref)
-            del ref
-            for msg in batch:
-                receiver.handle(msg)
-            del batch
+        drain(
+            ray,
+            gen,
+            finished=lambda: receiver.done,
+            handle=receiver.handle,
+            stall_timeout_s=job.stall_timeout_s,
+            what="data",
+        )
     finally:
         if not receiver.done:
             try:

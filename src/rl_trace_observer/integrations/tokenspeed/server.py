@@ -23,10 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from ... import config as config_mod
 from ...capture import get_recorder
+from ...capture.requests import phases_from_sglang
+from ..verl.rollout_servers import note_engine_phases, trace_rollout_server
 from .http import ControlClient, reply_message, reply_ok
 from .launcher import ServerProcess, ServeSpec, free_port, server_env
 from .profiling import ProfileControl, call_quietly
@@ -167,12 +170,14 @@ class TokenSpeedServer:
             "sampling_params": params,
             "return_logprob": return_logprob,
         }
-        # Request spans (issue 13's capture API) join on this rid: call site for a server-side span.
+        start_ns = time.time_ns()
         with _generate_span(self.replica_rank):
             reply = await self._call("POST", "/generate", body)
         out = reply[0] if isinstance(reply, list) else reply
         token_ids = [int(t) for t in out.get("output_ids") or []]
         meta = out.get("meta_info") or {}
+        # the request's server span (trace_rollout_server below) gets TokenSpeed's own phase times
+        note_engine_phases(phases_from_sglang(meta, start_ns))
         log_probs = None
         if return_logprob:
             pairs = meta.get("output_token_logprobs") or []
@@ -280,6 +285,11 @@ class TokenSpeedServer:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.shutdown()
+
+
+# request spans, control phases and engine phase times of issue 13's rollout capture (a no-op with
+# capture or RL_TRACE_REQUESTS off): TokenSpeed's server is a VERL rollout server like vLLM's
+trace_rollout_server(TokenSpeedServer)
 
 
 @contextlib.contextmanager
