@@ -26,7 +26,7 @@ from .corpus.tokenspeed_files import write_rank
 pytestmark = [pytest.mark.perfetto, pytest.mark.timeout(600)]
 FORMATS = ("json", "json.gz", "pftrace", "pftrace.gz")
 ALIGN_SQL = (
-    "select p.pid as mpid, t.name as thread, s.ts, s.dur from slice s "
+    "select p.pid as mpid, p.name as process, t.name as thread, s.ts, s.dur from slice s "
     "join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid) "
     "where s.name = 'actor_update'"
 )
@@ -52,7 +52,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if reason:
         pytest.skip(f"Perfetto engine unavailable: {reason}")
     root = tmp_path_factory.mktemp("corpus")
-    pids = build_real_run(root / hostname())
+    windows: dict[int, int] = {}
+    pids = build_real_run(root / hostname(), windows=windows)
     now = time.time_ns()
     # Another host, same OS pid as rank 0: must stay a separate process.
     record_process(
@@ -68,7 +69,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         fmt: merge([str(root)], str(root.parent / f"{root.name}-out" / f"run.{fmt}"), MergeOptions())
         for fmt in FORMATS
     }
-    return {"root": root, "pids": pids, "results": results}
+    return {"root": root, "pids": pids, "windows": windows, "results": results}
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +113,14 @@ def test_rl_insight_span_and_record_function_align_within_1ms(
         source = r["thread"].split(" · ")[0]
         by_proc.setdefault(r["mpid"], {})[source] = r["ts"]
     assert len(by_proc) == 2, rows
-    for sources in by_proc.values():
+    names = {r["mpid"]: r["process"] for r in rows}
+    for mpid, sources in by_proc.items():
         assert set(sources) == {"RL-Insight", "Torch"}
-        assert abs(sources["RL-Insight"] - sources["Torch"]) < 1_000_000
+        os_pid = next(p for p in corpus["pids"] if f" · pid {p} · " in names[mpid])
+        gap, window = sources["Torch"] - sources["RL-Insight"], corpus["windows"][os_pid]
+        # the region starts inside the span, no later than the child saw it start (plus 1 ms): the
+        # merge places both within a millisecond of what really happened, however loaded the machine
+        assert -1_000_000 < gap <= window + 1_000_000, (gap, window)
 
 
 def test_every_format_shows_the_same_events_to_the_ns(loaded: dict[str, pe.EngineResult]) -> None:

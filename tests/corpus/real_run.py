@@ -6,7 +6,9 @@
 - process records from the capture layer, with the artifacts registered and step snapshots.
 
 Each rank runs ``actor_update`` as an RL-Insight state span AND a ``record_function`` of the same
-region, so a merged timeline must show the two within a millisecond of each other.
+region, so a merged timeline must show the region starting inside the span, no later than the time the
+child measured between entering the one and being inside the other (its ``window``; under a loaded
+machine that is tens of ms, on a quiet one well under a millisecond) plus a millisecond.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ CHILD = textwrap.dedent(
     viz = viztracer.VizTracer(output_file=str(viz_path), verbose=0, max_stack_depth=6)
     viz.start()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
+        before = time.time_ns()
         with rl_insight.trace_state("actor_update", state_lane_id=f"rank_{rank}", step=1):
             with record_function("actor_update"):
+                window = time.time_ns() - before
                 work(4)
                 time.sleep(0.02)
         with rl_insight.trace_state("forward_backward", state_lane_id=f"rank_{rank}"):
@@ -57,13 +61,17 @@ CHILD = textwrap.dedent(
     rec.register_artifact(viz_path, "viztracer", step=1, rank=rank)
     rl_insight.metric_gauge("reward_mean", 0.5 + rank, step="1")
     rec.clock_snapshot("step_end", step=1)
+    print("window", window)
     print(os.getpid())
     """
 )
 
 
-def build_real_run(host_dir: Path, run_id: str = "run-1", ranks: int = 2) -> list[int]:
-    """Run ``ranks`` child processes writing into ``host_dir``; returns their pids."""
+def build_real_run(
+    host_dir: Path, run_id: str = "run-1", ranks: int = 2, windows: dict[int, int] | None = None
+) -> list[int]:
+    """Run ``ranks`` child processes writing into ``host_dir``; returns their pids (and fills
+    ``windows``: pid -> ns between entering the RL-Insight span and being inside the Torch region)."""
     host_dir.mkdir(parents=True, exist_ok=True)
     env = {
         k: v
@@ -86,5 +94,8 @@ def build_real_run(host_dir: Path, run_id: str = "run-1", ranks: int = 2) -> lis
         out, err = proc.communicate(timeout=240)
         if proc.returncode != 0:
             raise AssertionError(f"corpus child failed ({proc.returncode}):\n{out}\n{err}")
-        pids.append(int(out.strip().splitlines()[-1]))
+        lines = out.strip().splitlines()
+        pids.append(int(lines[-1]))
+        if windows is not None:
+            windows[pids[-1]] = int(next(x for x in lines if x.startswith("window ")).split()[1])
     return pids
