@@ -49,7 +49,7 @@ def run_job(job: Job) -> JobResult:
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
     pf = PftraceSink(job) if job.out_format.startswith("pftrace") else None
-    rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
+    rank = RankLinks(job.tasks) if RankLinks.applies(job.tasks) else None
     tasks = rank.order(job.tasks) if rank is not None else job.tasks
     held: list[_Held] = []
     spilled = 0
@@ -65,10 +65,12 @@ def _run_job(job: Job) -> JobResult:
         correction = task.correction
         url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
         aligned: PairAlignment | None = None
-        if rank is not None and task.kind == "viztracer" and rank.hold:
-            events, starts = rank.hold_flows(url, events, res)
-            if starts:
-                held.append(_Held(task, starts, mapper, res, out, fast))
+        hold: list[Event] | None = None  # a rank's report: its scope flow starts, written last
+        if rank is not None and task.kind == "viztracer":
+            if fast:
+                hold = []  # the fused loop sets them aside as it goes
+            else:
+                events, hold = rank.hold_flows(url, events, res)
         elif rank is not None and task.kind == "proton":
             aligned = rank.align(url, events, res, tol, apply)
         elif task.kind == "torch" and task.stage_log is not None:
@@ -76,7 +78,10 @@ def _run_job(job: Job) -> JobResult:
         if aligned is not None:
             correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
         ctx = _context(job, task, correction, mapper, rank)
-        _emit(job, task, events, res, ctx, out, result, pf, fast)
+        _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None)
+        if hold and rank is not None:
+            rank.held(url, hold, res)
+            held.append(_Held(task, hold, mapper, res, out, fast))
         if rank is not None and ctx.collect_scopes:
             rank.scopes = ctx.scopes
         if _in_worker:
@@ -117,6 +122,7 @@ def _context(
         scope_namespace=job.scope_namespace,
         collect_scopes=collect,
         scopes=scopes,
+        scope_ids=rank.scope_ids if collect and rank is not None else None,
     )
 
 
@@ -135,11 +141,17 @@ def _emit(
     result: JobResult,
     pf: PftraceSink | None,
     fast: bool,
+    hold: list[Event] | None = None,
 ) -> None:
-    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts."""
+    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts.
+
+    ``hold`` (fused path only): a rank report's scope flow starts are set aside there, untouched."""
     assert ctx.mapper is not None
     mapper = ctx.mapper
-    kept = _fast(events, res, ctx.correction, job, ctx, out, result) if fast else run_passes(events, ctx)
+    if fast:
+        kept = _fast(events, res, ctx.correction, job, ctx, out, result, hold)
+    else:
+        kept = run_passes(events, ctx)
     out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
@@ -179,13 +191,14 @@ def _fast(
     ctx: PassContext,
     out: Outcome,
     result: JobResult,
+    hold: list[Event] | None = None,
 ) -> list[Event]:
     """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
     anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
     shift = anchor + correction.offset_ns - job.base_ns
     assert ctx.mapper is not None
     kept, out.phases, lo, hi = fastpath.to_output(
-        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx
+        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx, hold=hold
     )
     pieces, _, _ = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz", convert=False)
     result.pieces.extend(pieces)
