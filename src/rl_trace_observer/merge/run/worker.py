@@ -12,12 +12,13 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
 from ..clock.partners import RankLinks, StageLinks
 from ..clock.probe import stage_spans
-from ..model import Event, Problem, ProcessKey
+from ..model import Event, Problem, ProcessKey, Rebase
 from ..plan.sources import read_content
 from ..readers import ReadContext, ReadResult, reader_for
 from ..readers import chrome_json as chrome_reader
@@ -57,7 +58,7 @@ def _run_job(job: Job) -> JobResult:
     for task in tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
-        fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
+        fast = not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
         read = _read(task, out, job.planned, fast)
         if read is None:
             continue
@@ -145,14 +146,18 @@ def _emit(
 ) -> None:
     """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts.
 
-    ``hold`` (fused path only): a rank report's scope flow starts are set aside there, untouched."""
+    ``hold`` (fused path only): a rank report's scope flow starts are set aside there, untouched.
+    The kept events' times are absolute ns from the listed passes; on the fused path they are already
+    the output's: µs (Chrome JSON) or ns (protobuf) relative to ``job.base_ns``."""
     assert ctx.mapper is not None
     mapper = ctx.mapper
+    in_order: dict[Any, bool] | None = None
     if fast:
-        kept = _fast(events, res, ctx.correction, job, ctx, out, result, hold)
+        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None)
     else:
         kept = run_passes(events, ctx)
-    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
+    unit = 1 if pf is not None else 1000
+    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
         res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
@@ -165,8 +170,8 @@ def _emit(
         out.phases = dict(Counter(map(attrgetter("ph"), kept)))
     result.processes.update(mapper.processes)
     result.threads.update(mapper.threads)
-    if pf is not None:
-        pf.add(kept, mapper, out)
+    if pf is not None:  # a rank's report waits for its held flow starts: they bind to its slices
+        pf.add(kept, mapper, out, in_order, ctx.fanned, wait=bool(hold))
     elif not fast:
         pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
         result.pieces.extend(pieces)
@@ -192,19 +197,38 @@ def _fast(
     out: Outcome,
     result: JobResult,
     hold: list[Event] | None = None,
-) -> list[Event]:
-    """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
+    protobuf: bool = False,
+) -> tuple[list[Event], dict[Any, bool] | None]:
+    """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then Chrome JSON is
+    encoded here; for protobuf, times stay ns and the caller hands the events (and which threads are
+    in order) to the :class:`.pftrace_job.PftraceSink`."""
     anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
     shift = anchor + correction.offset_ns - job.base_ns
     assert ctx.mapper is not None
+    in_order: dict[Any, bool] | None = {} if protobuf else None
+    if protobuf:
+        ctx.fanned = set()
     kept, out.phases, lo, hi = fastpath.to_output(
-        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx, hold=hold
+        events,
+        res,
+        source_ns=not res.deferred,
+        shift_ns=shift,
+        mapper=ctx.mapper,
+        ctx=ctx,
+        unit_ns=1 if protobuf else 1000,
+        hold=hold,
+        in_order=in_order,
     )
-    pieces, _, _ = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz", convert=False)
-    result.pieces.extend(pieces)
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
-    return kept
+        if protobuf and lo < 0:  # the protobuf writer cannot go below its base: re-plan it
+            raise Rebase(job.base_ns + lo)
+    if not protobuf:
+        pieces, _, _ = chrome_json.encode_pieces(
+            kept, job.base_ns, job.out_format == "json.gz", convert=False
+        )
+        result.pieces.extend(pieces)
+    return kept, in_order
 
 
 @dataclass

@@ -46,6 +46,7 @@ def to_output(
     ctx: PassContext,
     unit_ns: int = 1000,
     hold: list[Event] | None = None,
+    in_order: dict[tuple[int, int], bool] | None = None,
 ) -> tuple[list[Event], dict[str, int], int | None, int | None]:
     """Events in source units (µs, or ns when ``source_ns``) → output units relative to the base:
     µs for Chrome JSON (``unit_ns=1000``), ns for protobuf (``unit_ns=1``, integer-valued).
@@ -54,6 +55,8 @@ def to_output(
     start in ns relative to the base); ``ctx.stats`` gets what the namespacing and scope passes count.
     ``hold``: TokenSpeed's scope flow starts go there untouched (their links are known only once the
     rank's Proton files are read), as :meth:`..clock.partners.RankLinks.hold_flows` would set them aside.
+    ``in_order`` (a dict): filled with, per merged thread, whether its slices came in Perfetto's order
+    (by start, the longer first), so that a writer that needs that order can skip sorting them.
     """
     for e in [e for e in events if e.ph == "M"]:  # names first: identities depend on them
         result.metadata += 1
@@ -267,6 +270,9 @@ def to_output(
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
     result.dropped += bad
+    if in_order is not None:
+        for key, st in lanes.items():
+            in_order[key] = st[0] == 1 or st[0] == 4 or st[0] == 0
     if unsure:  # lanes not in start or exit order, or with an overlap: Perfetto's rule, exactly
         overlapping = drop_victims(out, by_lane(out, unsure), us_to_exact_ns if unit_ns == 1000 else int)
         if overlapping:

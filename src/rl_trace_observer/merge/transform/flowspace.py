@@ -94,10 +94,13 @@ class FlowSpace:
                 ctx.count("unlinked_scope_flows", self.unlinked)
             ctx.count("flows", self.linked)
             ctx.count("scope_links", self.linked)
+        fanned = ctx.fanned
         for states in [*chains.values(), self.binds]:  # passes._close, inlined: one per flow
             for st in states.values():
                 if st[1] and st[3] > 1:
                     links += st[3] - 1
+                    if st[3] > 2 and fanned is not None and states is not self.binds:
+                        fanned.add(st[0])
                 else:
                     unpaired += st[3]
         ctx.count("flows", links)
