@@ -437,9 +437,11 @@ class Planner:
 
     def tasks(self) -> list[Task]:
         windows, procs, tasks = self.windows(), self.processes(), []
+        hosts = sorted({p.host for p in procs})
         for proc in procs:
             for step in windows:
-                seed = self.args.seed * 7919 + proc.pid * 31 + step.number
+                # pids repeat on every host: the host's index keeps their files apart (same on host 0)
+                seed = self.args.seed * 7919 + proc.pid * 31 + step.number + 104_729 * hosts.index(proc.host)
                 if proc.role == "actor":
                     tasks += self.actor(proc, step, seed)
                 elif proc.role == "rollout":

@@ -29,3 +29,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -c constraints/torch-cpu.txt -e '.[all]'
   echo "$want" > "$stamp"
 fi
+
+# The CPU stand-in `tokenspeed serve` (tests/tokenspeed_standin) runs TokenSpeed's real control code in
+# its own environment: tokenspeed 0.1.1 pins transformers 5.12.0 while VERL 0.9.1 needs < 5.11. Only
+# the pure-Python parts are installed (--no-deps); its GPU kernel packages are stubbed at run time and
+# torch is the CPU wheel on disk (never let tokenspeed's or compressed-tensors' deps pick a torch).
+ts_stamp=.venv-tokenspeed/.rl-trace-bootstrap
+ts_want=$(cat tests/tokenspeed_standin/requirements.txt constraints/torch-cpu.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_want" ]; then
+  echo "bootstrap: installing the TokenSpeed stand-in environment into .venv-tokenspeed"
+  rm -rf .venv-tokenspeed
+  "$PYTHON" -m venv --without-pip .venv-tokenspeed
+  tspip=(.venv/bin/python -m pip --python .venv-tokenspeed/bin/python install -q -c constraints/torch-cpu.txt)
+  "${tspip[@]}" torch==2.13.0
+  "${tspip[@]}" -r tests/tokenspeed_standin/requirements.txt
+  "${tspip[@]}" --no-deps tokenspeed==0.1.1 tokenspeed-smg-grpc-proto==0.4.18.post20260920
+  echo "$ts_want" > "$ts_stamp"
+fi

@@ -28,7 +28,12 @@ SOURCES_SQL = (
     "from slice join thread_track on slice.track_id = thread_track.id join thread using (utid) "
     "group by source order by source"
 )
+FLOWS_SQL = (
+    "select count(*) from flow f join slice a on f.slice_out = a.id join slice b on f.slice_in = b.id "
+    "where a.name = 'rollout_request' and b.name = 'engine_request'"
+)
 STEPS = 3
+REQUESTS = 2 * 48 * STEPS  # two replicas, 48 samples each per step (DemoConfig)
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +106,24 @@ def test_demo_report_numbers(demo: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_demo_report_from_span_shards_equals_the_report_from_json(demo: dict[str, Any]) -> None:
+    """Issue 15: the report of the .pftrace run, read from its span shards, is the report of the
+    .json.gz; only what describes the source itself differs (its path, loader, manifest and the
+    merge's own output counts, which include the protobuf writer's)."""
+    from rl_trace_observer.analysis.report.output import summarize
+
+    out: Path = demo["out"]
+    from_json, from_pftrace = summarize(out / "trace.json.gz"), summarize(out / "trace.pftrace")
+    assert from_pftrace["source"]["loader"] == "shards"
+    for s in (from_json, from_pftrace):
+        for key in ("path", "loader", "manifest"):
+            s["source"].pop(key)
+        s["artifacts"].pop("counts")
+    assert from_pftrace == from_json
+    assert from_json["steps"] and from_json["metrics"]
+
+
+@pytest.mark.slow
 def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str, Any]) -> None:
     """The run's start and end and the profiled step's boundaries are measured over Ray (the node
     responder is started before the step, the measurements flushed before collection), and the
@@ -136,7 +159,7 @@ def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    res = engine.shared_engine().load(demo["out"] / name, [STAGE_SQL, SOURCES_SQL])
+    res = engine.shared_engine().load(demo["out"] / name, [STAGE_SQL, SOURCES_SQL, FLOWS_SQL])
     assert res.loaded, res.error
     assert res.error_stats == (), res.summary()
     stages = dict(res.query(STAGE_SQL).rows)
@@ -145,11 +168,28 @@ def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
         "vllm_generate": 2 * STEPS,
         "actor_compute_log_prob": 2 * STEPS,
         "actor_update": 2 * STEPS,
-        "update_weights": 4 * STEPS,  # both trainer ranks and both replicas
+        "update_weights": 5 * STEPS,  # both trainer ranks and both replicas, and the driver's sync
     }
+    assert res.query(FLOWS_SQL).rows == ((REQUESTS,),)  # every request: one arrow, client → server
     sources = dict(res.query(SOURCES_SQL).rows)
     assert sources.get("Torch", 0) > 100 and sources.get("VizTracer", 0) > 100, sources
     assert res.counters > 0 and res.processes >= 5
+
+
+@pytest.mark.slow
+def test_demo_report_has_the_rollout_section(demo: dict[str, Any]) -> None:
+    ro = json.loads((demo["out"] / "report.json").read_text())["rollout"]
+    assert ro["requests"] == ro["linked"] == REQUESTS
+    assert [(st["step"], st["requests"]) for st in ro["steps"]] == [(s, REQUESTS // STEPS) for s in (1, 2, 3)]
+    for st in ro["steps"]:
+        assert 0 < st["tail"]["requests"] < st["requests"] and {r["replica"] for r in st["replicas"]} == {
+            0,
+            1,
+        }
+        assert st["phases_ns"]["decode"] is not None  # the engine's times, drawn as sub-spans
+    assert all(r["queue_ns"] is not None and r["decode_ns"] is not None for r in ro["slowest"])
+    assert [(s["step"], s["lag_steps"]) for s in ro["staleness"]] == [(s, {"0": 96}) for s in (1, 2, 3)]
+    assert [s["version"] for s in ro["weight_sync"]["syncs"]] == [0, 1, 2]  # sync mode: on-policy
 
 
 def test_out_dir_must_be_new_or_empty(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from rl_trace_observer import config as config_mod
 
 from .conftest import ROOT, clean_env, run_python
 
-HEAVY = ("torch", "ray", "verl", "rl_insight", "omegaconf", "pandas", "numpy", "viztracer")
+HEAVY = ("torch", "ray", "verl", "rl_insight", "omegaconf", "pandas", "numpy", "viztracer", "pyarrow")
 
 
 @pytest.mark.parametrize(
@@ -96,6 +96,7 @@ LAYERS = {
     "testing": 2,  # synthetic files in real wire formats, for tests and benchmarks
     "merge": 3,  # readers → one timeline model → writers
     "analysis": 4,  # report, Perfetto engine harness
+    "cluster": 4,  # merge --ray: node tasks (Ray + the merger); peers of analysis, never importing it
     "demo": 5,
     "cli": 6,
 }

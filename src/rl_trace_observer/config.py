@@ -9,6 +9,7 @@ and a test keeps the two in sync.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Comma list of `DistProfiler` roles that get VizTracer, e.g. `e2e` or `actor,ref`.",
     ),
     Setting(
+        "RL_TRACE_REQUESTS",
+        "1",
+        "`0`: no rollout request spans, weight-sync phases or staleness records (they are on "
+        "whenever capture is on); the VERL hooks that write them are then not installed.",
+    ),
+    Setting(
         "RL_TRACE_RECORD_INTERVAL_S",
         "1.0",
         "At most this often the process record is rewritten to refresh event counts "
@@ -76,7 +83,40 @@ SETTINGS: tuple[Setting, ...] = (
         "(unset)",
         "Directory or fsspec URL: collect every node's artifacts there when training finishes.",
     ),
+    Setting(
+        "RL_TRACE_TOKENSPEED_COMMAND",
+        "`<python> -m tokenspeed.cli serve`",
+        "How the `tokenspeed` rollout starts its server (shell words; the server actor's interpreter "
+        "by default). The launcher appends `--model --tp --host --port --control-port "
+        "--enable-output-logprobs --enable-memory-saver ...`.",
+    ),
+    Setting(
+        "RL_TRACE_TOKENSPEED_ARGS",
+        "(none)",
+        "Extra shell words appended to every `tokenspeed serve` command line, e.g. `--enforce-eager`.",
+    ),
+    Setting(
+        "RL_TRACE_TOKENSPEED_STARTUP_TIMEOUT_S",
+        "1800",
+        "Seconds a TokenSpeed server may take to answer `/health`; then its replica fails with the "
+        "server's last log lines.",
+    ),
+    Setting(
+        "RL_TRACE_TOKENSPEED_PROFILE_ACTIVITIES",
+        "`VIZTRACER,PROTON`",
+        "Comma list of TokenSpeed profiler activities sent with `/start_profile` at VERL's profiled "
+        "steps (`CPU`, `GPU`, `MEM`, `CUDA_PROFILER`, `EXPERT_LOAD`, `PROTON`, `VIZTRACER`). Empty: "
+        "TokenSpeed is not profiled.",
+    ),
+    Setting(
+        "RL_TRACE_TOKENSPEED_PROFILE_STALL_TIMEOUT_S",
+        "300",
+        "After `/stop_profile`, give up waiting for a replica's profile files when none grew or "
+        "appeared for this many seconds (registered files stay registered).",
+    ),
 )
+
+TOKENSPEED_ACTIVITIES = ("CPU", "GPU", "MEM", "CUDA_PROFILER", "EXPERT_LOAD", "PROTON", "VIZTRACER")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
@@ -93,8 +133,14 @@ class Config:
     viztracer: bool = False
     viztracer_min_duration_us: float = 100.0
     viztracer_roles: tuple[str, ...] = ()
+    requests: bool = True
     record_interval_s: float = 1.0
     collect_to: str | None = None
+    tokenspeed_command: tuple[str, ...] = ()  # empty: `<python> -m tokenspeed.cli serve`
+    tokenspeed_args: tuple[str, ...] = ()
+    tokenspeed_startup_timeout_s: float = 1800.0
+    tokenspeed_profile_activities: tuple[str, ...] = ("VIZTRACER", "PROTON")
+    tokenspeed_profile_stall_timeout_s: float = 300.0
     problems: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -102,12 +148,15 @@ class Config:
         return self.output_dir is not None
 
 
-def _flag(env: Mapping[str, str], name: str, problems: list[str]) -> bool:
+def _flag(env: Mapping[str, str], name: str, problems: list[str], default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
     if raw in _TRUE:
         return True
     if raw not in _FALSE:
-        problems.append(f"{name}={env[name]!r} is not a boolean (use 1 or 0); treating it as 0")
+        problems.append(f"{name}={env[name]!r} is not a boolean (use 1 or 0); treating it as {int(default)}")
+        return default
     return False
 
 
@@ -128,6 +177,29 @@ def _number(env: Mapping[str, str], name: str, default: float, problems: list[st
 def _text(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     return raw or None
+
+
+def _words(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
+    raw = env.get(name, "").strip()
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:
+        problems.append(f"{name}={raw!r} is not valid shell words ({exc}); ignoring it")
+        return ()
+
+
+def _activities(env: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:
+    name = "RL_TRACE_TOKENSPEED_PROFILE_ACTIVITIES"
+    if name not in env:
+        return ("VIZTRACER", "PROTON")
+    wanted = [a.strip().upper() for a in env[name].split(",") if a.strip()]
+    unknown = [a for a in wanted if a not in TOKENSPEED_ACTIVITIES]
+    if unknown:
+        problems.append(
+            f"{name}: unknown activities {', '.join(unknown)} dropped "
+            f"(known: {', '.join(TOKENSPEED_ACTIVITIES)})"
+        )
+    return tuple(dict.fromkeys(a for a in wanted if a in TOKENSPEED_ACTIVITIES))
 
 
 def _output_dir(env: Mapping[str, str], problems: list[str]) -> Path | None:
@@ -163,8 +235,16 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         viztracer=_flag(env, "RL_TRACE_VIZTRACER", problems),
         viztracer_min_duration_us=_number(env, "RL_TRACE_VIZTRACER_MIN_DURATION_US", 100.0, problems),
         viztracer_roles=roles,
+        requests=_flag(env, "RL_TRACE_REQUESTS", problems, default=True),
         record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
         collect_to=_text(env, "RL_TRACE_COLLECT_TO"),
+        tokenspeed_command=_words(env, "RL_TRACE_TOKENSPEED_COMMAND", problems),
+        tokenspeed_args=_words(env, "RL_TRACE_TOKENSPEED_ARGS", problems),
+        tokenspeed_startup_timeout_s=_number(env, "RL_TRACE_TOKENSPEED_STARTUP_TIMEOUT_S", 1800.0, problems),
+        tokenspeed_profile_activities=_activities(env, problems),
+        tokenspeed_profile_stall_timeout_s=_number(
+            env, "RL_TRACE_TOKENSPEED_PROFILE_STALL_TIMEOUT_S", 300.0, problems
+        ),
         problems=tuple(problems),
     )
 

@@ -2,22 +2,37 @@
 
 This is a fake for what cannot run here (a GPU inference engine such as vLLM). Everything around it
 is VERL's real code: the agent loop, load balancer, replay buffer, reward loop and checkpoint
-manager talk to these servers exactly as they would to vLLM's. The servers return short random
-completions (with log-probs), and, like vLLM with ``global_profiler.tool=torch``, profile their
-own generation with the real ``torch.profiler`` into ``rollout_trace_dir`` and move the files into
-``save_path`` with VERL's own ``relocate_rollout_traces`` — so the traces they leave are real
-Kineto files in VERL's relocated naming.
+manager talk to these servers exactly as they would to vLLM's. The server mirrors VERL's
+``vLLMHttpServer.generate``: it hands each request to ``self.engine`` — :class:`MockEngine`, which
+stands in for vLLM's ``AsyncLLM`` and speaks its wire format (an async stream of
+``RequestOutput``-shaped objects whose ``metrics`` is a ``RequestStateStats`` with monotonic
+``queued_ts``/``scheduled_ts``/``first_token_ts``/``last_token_ts``) — with continuous batching
+simulated on asyncio (at most ``MAX_RUNNING`` requests decode at once; the rest queue). Every
+``SLOW_EVERY``-th request a server handles is deliberately slow (``SLOW_EXTRA_S`` more decode
+time): the long tail the report must find. Each server logs what it served to
+``$MOCK_ROLLOUT_LOG_DIR/mock-server-<replica>.jsonl`` (one line per request), the truth the
+end-to-end test compares the trace with.
+
+Like vLLM with ``global_profiler.tool=torch``, the servers profile their own generation with the
+real ``torch.profiler`` into ``rollout_trace_dir`` and move the files into ``save_path`` with
+VERL's own ``relocate_rollout_traces`` — so the traces they leave are real Kineto files in VERL's
+relocated naming.
 
 Registered by :mod:`.plugin` with ``RolloutReplicaRegistry.register("mock", ...)`` and
 ``_ROLLOUT_REGISTRY[("mock", "async")]``; selected with ``actor_rollout_ref.rollout.name=mock``.
+The server class is handed to ``trace_rollout_server`` at the end of this module, as any rollout
+that VERL does not ship must do for its request spans.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import time
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -26,6 +41,96 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 NAME = "mock"
 MAX_NEW_TOKENS = 6
+MAX_RUNNING = 4  # requests decoding at once per replica; more wait in the queue
+PREFILL_S = 0.003
+PER_TOKEN_S = 0.002
+SLOW_EVERY = 4  # the 2nd, 6th, 10th, ... request a server handles is slow
+SLOW_EXTRA_S = 1.0
+LOG_DIR_ENV = "MOCK_ROLLOUT_LOG_DIR"
+
+
+# ----------------------------------------------------------------- vLLM's wire format (v1 engine)
+@dataclass
+class RequestStateStats:
+    """vLLM ``vllm.v1.metrics.stats.RequestStateStats``: arrival wall time, engine-core monotonic times."""
+
+    num_generation_tokens: int = 0
+    arrival_time: float = 0.0
+    queued_ts: float = 0.0
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Any]] | None
+    finish_reason: str | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestStateStats | None = None
+    num_cached_tokens: int | None = 0
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class MockEngine:
+    """Stands in for vLLM's ``AsyncLLM`` (a GPU engine): continuous batching on asyncio."""
+
+    replica: int
+    rng: random.Random
+    running: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_RUNNING))
+    served: int = 0
+
+    async def generate(self, prompt: dict[str, Any], sampling_params: Any, request_id: str, **_: Any) -> Any:
+        stats = RequestStateStats(arrival_time=time.time(), queued_ts=time.monotonic())
+        self.served += 1
+        slow = self.served % SLOW_EVERY == 2
+        n = max(
+            1, min(MAX_NEW_TOKENS, int(sampling_params["max_tokens"]), self.rng.randint(2, MAX_NEW_TOKENS))
+        )
+        tokens = [self.rng.randint(10, 200) for _ in range(n)]
+        async with self.running:
+            stats.scheduled_ts = time.monotonic()
+            await asyncio.sleep(PREFILL_S)
+            for i in range(n):
+                if i:
+                    await asyncio.sleep(PER_TOKEN_S + (SLOW_EXTRA_S / (n - 1) if slow else 0.0))
+                now = time.monotonic()
+                stats.first_token_ts = stats.first_token_ts or now
+                stats.last_token_ts = now
+                stats.num_generation_tokens = i + 1
+                out = CompletionOutput(
+                    0, "", tokens[: i + 1], -1.0 * (i + 1), [{t: Logprob(-1.0)} for t in tokens[: i + 1]]
+                )
+                done = i + 1 == n
+                out.finish_reason = "length" if done else None
+                yield RequestOutput(request_id, list(prompt["prompt_token_ids"]), [out], done, stats)
+        _log(self.replica, request_id, slow=slow, tokens=n, prompt_tokens=len(prompt["prompt_token_ids"]))
+
+
+def _log(replica: int, request_id: str, **fields: Any) -> None:
+    folder = os.environ.get(LOG_DIR_ENV)
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    line = json.dumps({"replica": replica, "request_id": request_id, "pid": os.getpid(), **fields})
+    with open(os.path.join(folder, f"mock-server-{replica}.jsonl"), "a") as f:
+        f.write(line + "\n")
 
 
 class MockLLMServer:
@@ -37,25 +142,44 @@ class MockLLMServer:
         self.world_size = world_size
         self.global_steps = 0  # the weight version; the adapter moves it after every weight sync
         self.rng = random.Random(1000 + replica_rank)
+        self.engine = MockEngine(replica_rank, self.rng)
         self._prof: Any = None
 
     # ---------------------------------------------------------------- generation
     async def generate(
-        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: Any = None,
+        video_data: Any = None,
+        **_: Any,
     ) -> TokenOutput:
-        """A few random tokens from the low end of the vocabulary (never a special token)."""
-        limit = int(
-            sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or MAX_NEW_TOKENS
-        )
-        n = max(1, min(MAX_NEW_TOKENS, limit, self.rng.randint(2, MAX_NEW_TOKENS)))
-        await asyncio.sleep(0.002)  # a real engine yields while decoding; keep the event loop honest
-        tokens = [self.rng.randint(10, 200) for _ in range(n)]
+        """What ``vLLMHttpServer.generate`` does, on :class:`MockEngine`: token in, token out."""
+        sampling_params = dict(sampling_params)
+        limit = sampling_params.pop("max_tokens", None) or sampling_params.pop("max_new_tokens", None)
+        want_logprobs = bool(sampling_params.pop("logprobs", False))
+        params = {"max_tokens": int(limit or MAX_NEW_TOKENS), **sampling_params}
+        final: RequestOutput | None = None
+        async for output in self.engine.generate(
+            prompt={"prompt_token_ids": list(prompt_ids)}, sampling_params=params, request_id=request_id
+        ):
+            final = output
+        assert final is not None
+        completion = final.outputs[0]
+        log_probs = None
+        if want_logprobs and completion.logprobs is not None:
+            log_probs = [
+                lp[t].logprob for t, lp in zip(completion.token_ids, completion.logprobs, strict=True)
+            ]
         return TokenOutput(
-            token_ids=tokens,
-            log_probs=[-1.0] * n,
-            stop_reason="completed",
+            token_ids=list(completion.token_ids),
+            log_probs=log_probs if log_probs is not None else [-1.0] * len(completion.token_ids),
+            stop_reason="completed"
+            if completion.finish_reason in ("stop", "length")
+            else completion.finish_reason,
             num_preempted=0,
-            extra_fields={"global_steps": self.global_steps},
+            extra_fields={"global_steps": self.global_steps, "num_cached_tokens": final.num_cached_tokens},
         )
 
     async def set_global_steps(self, global_steps: int) -> None:
@@ -142,6 +266,8 @@ class MockServerAdapter(BaseRollout):
         super().__init__(config, model_config, device_mesh)
         self.sleep_level = 2
         self.received_tensors = 0
+        # like vLLM's ServerAdapter: the replica this training rank's weights go to
+        self.replica_rank = int(os.environ.get("RANK", "0")) // max(1, self.config.tensor_model_parallel_size)
 
     async def resume(self, tags: list[str]) -> None:
         return None
@@ -159,6 +285,13 @@ class MockServerAdapter(BaseRollout):
             for _ in weights:  # type: ignore[union-attr]
                 self.received_tensors += 1
         if global_steps is not None:  # like vLLM's adapter: tell the server the new weight version
-            replica = int(os.environ.get("RANK", "0")) // max(1, self.config.tensor_model_parallel_size)
-            server = ray.get_actor(f"mock_server_{replica}")
+            server = ray.get_actor(f"mock_server_{self.replica_rank}")
             await server.set_global_steps.remote(global_steps)
+
+
+try:  # request spans for a rollout VERL does not ship: its server class, traced where it is defined
+    from rl_trace_observer.integrations.verl.rollout_servers import trace_rollout_server
+except ImportError:  # the observer is not installed: the mock works without it
+    pass
+else:
+    trace_rollout_server(MockLLMServer)

@@ -91,6 +91,7 @@ def ppo_env(out_dir: Path, base: dict[str, str] | None = None, **extra: str) -> 
             "VERL_PLATFORM": "cpu",
             "VERL_ENGINE_DEVICE": "cuda",  # VERL's own override: pick the (device-agnostic) FSDP engine
             "RL_TRACE_OUTPUT_DIR": str(out_dir / "trace"),
+            "MOCK_ROLLOUT_LOG_DIR": str(out_dir / "mock_log"),  # what the mock servers served
             "RL_INSIGHT_SERVER_URL": "local://rl-trace-observer",
             "RAY_AUTH_MODE": "disabled",
             "RAY_USAGE_STATS_ENABLED": "0",

@@ -119,7 +119,7 @@ class Recorder:
         log.warning("[rl-trace-observer] pid %s: %s", self.pid, message)
 
     # ------------------------------------------------------------------- events
-    def _tid_for(self, lane: str) -> int:
+    def _tid_for(self, lane: str, persist: bool = True) -> int:
         tid = self._lanes.get(lane)
         if tid is not None:
             return tid
@@ -128,7 +128,8 @@ class Recorder:
             if tid is None:
                 tid = len(self._lanes) + 1
                 self._lanes[lane] = tid
-                self._record["lanes"][lane] = tid
+                if persist:
+                    self._record["lanes"][lane] = tid
                 meta = {
                     "ph": "M",
                     "name": "thread_name",
@@ -137,8 +138,22 @@ class Recorder:
                     "args": {"name": f"{SOURCE_LABEL} · {lane}", "lane": lane},
                 }
                 self.events.write_line(dumps_line(meta))
+        if persist:
             self.write_record()  # rare (once per lane), and a killed Ray worker never reaches atexit
         return tid
+
+    def lane_tid(self, lane: str, *, persist: bool = True) -> int:
+        """The track (tid) of ``lane``, named in the event log on first use.
+
+        ``persist=False`` keeps the lane out of the process record and skips the record rewrite:
+        request slot lanes (:mod:`.requests`) come by the hundred, and their name line in the event
+        log is all the merger needs.
+        """
+        return self._lanes.get(lane) or self._tid_for(lane, persist)
+
+    def write_event(self, event: dict[str, Any]) -> None:
+        """Append one already-built Chrome event (the capture layer's own event kinds)."""
+        self._write(event)
 
     def span(
         self,

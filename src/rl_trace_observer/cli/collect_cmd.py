@@ -7,22 +7,15 @@ so ``rl-trace --help`` stays fast on machines without Ray.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from .node_dirs import node_dirs
+
 MAX_PROBLEM_LINES = 50
-
-
-def _node_dirs(values: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for value in values or ():
-        key, sep, path = value.partition("=")
-        if not sep or not key or not path:
-            raise typer.BadParameter(f"{value!r} is not KEY=DIR", param_hint="--node-dir")
-        out[key] = path
-    return out
 
 
 def _steps(text: str | None) -> list[int] | None:
@@ -34,6 +27,53 @@ def _steps(text: str | None) -> list[int] | None:
         raise typer.BadParameter(
             f"{text!r} is not a comma list of step numbers", param_hint="--steps"
         ) from None
+
+
+def _convert(
+    to: str,
+    fmt: str,
+    address: str | None,
+    run: str | None,
+    output_dir: str | None,
+    nodes: dict[str, str],
+    node_workers: int,
+    strict: bool,
+) -> int:
+    """``--convert``: ``rl-trace merge --ray`` into TO/<run_id>/ (an object store gets the files after)."""
+    import shutil
+    import tempfile
+
+    import fsspec
+
+    from ..cluster.merge import ClusterOptions, ray_merge
+    from ..merge.options import MergeOptions, UsageError
+    from .merge_cmd import _report
+
+    local = to[len("file://") :] if to.startswith("file://") else to
+    remote = "://" in local
+    base = tempfile.mkdtemp(prefix="rl-trace-convert-") if remote else local
+    opts = MergeOptions(run=run, shards=f"{base}/{{run_id}}/shards", strict=strict)
+    cluster = ClusterOptions(
+        address=address, output_dir=output_dir, node_output_dirs=nodes, node_workers=node_workers
+    )
+    try:
+        result = ray_merge(f"{base}/{{run_id}}/trace.{fmt}", opts, cluster)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    code = _report([result])
+    if remote:
+        run_dir = str(Path(result.output).parent)
+        target = f"{to.rstrip('/')}/{Path(run_dir).name}"
+        try:
+            fs, path = fsspec.core.url_to_fs(target)
+            fs.put(run_dir, path, recursive=True)
+            typer.echo(f"uploaded to {target}", err=True)
+        except Exception as exc:
+            typer.echo(f"error: cannot upload to {target}: {exc} (the files are in {run_dir})", err=True)
+            return 1
+        shutil.rmtree(base, ignore_errors=True)
+    return code
 
 
 def register(app: typer.Typer) -> None:
@@ -68,6 +108,17 @@ def register(app: typer.Typer) -> None:
             False, "--strict", help="Exit 1 when anything is missing, refused or failed."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+        convert: bool = typer.Option(
+            False,
+            "--convert",
+            help="Merge on the nodes instead of copying raw files: TO/<run_id>/trace.FORMAT + shards/.",
+        ),
+        fmt: str = typer.Option(
+            "pftrace.gz", "--format", help="--convert: pftrace.gz, pftrace, json.gz or json."
+        ),
+        node_workers: int = typer.Option(
+            1, "--node-workers", min=0, help="--convert: worker processes per node (each ~0.5 GB more)."
+        ),
     ) -> None:
         """Collect RL_TRACE_OUTPUT_DIR from every node of a live Ray cluster into TO/<run_id>/<node>/."""
         from ..integrations.ray.collect import collect
@@ -79,13 +130,17 @@ def register(app: typer.Typer) -> None:
         except ImportError:
             typer.echo("error: rl-trace collect needs Ray: pip install 'rl-trace-observer[ray]'", err=True)
             raise typer.Exit(1) from None
+        if convert:
+            raise typer.Exit(
+                _convert(to, fmt, address, run, output_dir, node_dirs(node_dir), node_workers, strict)
+            )
         try:
             report = collect(
                 to,
                 address=address,
                 run_id=run,
                 output_dir=output_dir,
-                node_output_dirs=_node_dirs(node_dir),
+                node_output_dirs=node_dirs(node_dir),
                 max_nodes=max_nodes,
                 chunk_size=int(chunk_mib * 1024 * 1024),
                 retries=retries,

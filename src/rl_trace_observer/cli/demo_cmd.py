@@ -72,6 +72,7 @@ def _print_outputs(out: Any, console: Console) -> None:
     row("merged trace, Chrome JSON", out.json_trace)
     for manifest in out.manifests:
         row("merge manifest", manifest)
+    row("span shards (Parquet)", out.shards)
     row("report, HTML", out.report_html)
     row("report, JSON summary", out.report_json)
     row("raw artifacts (per process)", out.run_dir)

@@ -26,6 +26,7 @@ def _progress() -> tuple[Any, Any]:
 
 def _report(results: list[Any]) -> int:
     from ..merge.manifest.document import problem_summary, why_nothing
+    from ..merge.manifest.ui import hint
 
     code = 0
     for res in results:
@@ -39,6 +40,12 @@ def _report(results: list[Any]) -> int:
                 f"manifest: {res.manifest_path}",
                 err=True,
             )
+            shards = res.manifest.get("shards")
+            if shards:
+                typer.echo(f"  span shards: {shards['dir']} ({shards['rows']} rows)", err=True)
+            too_big = hint(res.manifest, res.output)
+            if too_big:
+                typer.echo(f"warning: {too_big}", err=True)
             typer.echo(
                 f"  open it at https://ui.perfetto.dev (Open trace file) or: rl-trace view {res.output}",
                 err=True,
@@ -55,10 +62,45 @@ def _report(results: list[Any]) -> int:
     return code
 
 
+def _cluster(
+    address: str | None, output_dir: str | None, node_dir: list[str] | None, node_workers: int, stall_s: float
+) -> Any:
+    from ..cluster.merge import ClusterOptions
+    from .node_dirs import node_dirs
+
+    return ClusterOptions(
+        address=address,
+        output_dir=output_dir,
+        node_output_dirs=node_dirs(node_dir),
+        node_workers=node_workers,
+        stall_timeout_s=stall_s,
+    )
+
+
+def _ray(output: str, opts: Any, inputs: list[str] | None, split_steps: bool, cluster: Any) -> Any:
+    from ..cluster.merge import ray_merge
+
+    if inputs:
+        raise ValueError(
+            "--ray reads every node's output directory: give no inputs (--output-dir, --node-dir)"
+        )
+    if split_steps:
+        raise ValueError(
+            "--ray with --split-steps: merge once with --shards DIR, then: rl-trace merge DIR --split-steps"
+        )
+    return ray_merge(output, opts, cluster)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("merge")
     def merge_command(
-        inputs: Annotated[list[str], typer.Argument(help="Files, directories (recursive) or fsspec URLs.")],
+        inputs: Annotated[
+            list[str] | None,
+            typer.Argument(
+                help="Files, directories (recursive) or fsspec URLs; a span shard directory for views; "
+                "none with --ray."
+            ),
+        ] = None,
         output: str = typer.Option(
             ..., "-o", "--output", help="Output: .pftrace.gz, .pftrace, .json.gz or .json."
         ),
@@ -79,6 +121,28 @@ def register(app: typer.Typer) -> None:
             1000.0, "--clock-tolerance-us", min=0.0, help="Clock error above which hosts are reported."
         ),
         workers: int | None = typer.Option(None, "--workers", min=0, help="Worker processes [2]; 0: none."),
+        shards: str | None = typer.Option(
+            None, "--shards", help="Also write span shards (Parquet rows, for reports and views) here."
+        ),
+        ray: bool = typer.Option(
+            False, "--ray", help="Merge the running Ray cluster's node-local outputs, converted on the nodes."
+        ),
+        address: str | None = typer.Option(None, "--address", help="--ray: cluster address (default: auto)."),
+        output_dir: str | None = typer.Option(
+            None,
+            "--output-dir",
+            help="--ray: directory to read on every node (default: RL_TRACE_OUTPUT_DIR).",
+        ),
+        node_dir: Annotated[
+            list[str] | None,
+            typer.Option("--node-dir", help="--ray: KEY=DIR for one node (node id, resource or IP)."),
+        ] = None,
+        node_workers: int = typer.Option(
+            1, "--node-workers", min=0, help="--ray: worker processes per node (each ~0.5 GB more)."
+        ),
+        stall_timeout: float = typer.Option(
+            600.0, "--stall-timeout", min=1.0, help="--ray: seconds of silence after which a node is stalled."
+        ),
     ) -> None:
         """Merge RL-Insight logs, Torch/Kineto, VizTracer and TokenSpeed/Proton traces into one timeline."""
         from ..merge.options import MergeOptions, UsageError
@@ -97,19 +161,30 @@ def register(app: typer.Typer) -> None:
                 manifest=manifest,
                 clock_mode=clock,
                 clock_tolerance_us=clock_tolerance_us,
+                shards=shards,
             )
             if clock not in ("auto", "aligned", "wall"):
                 raise ValueError(f"--clock {clock!r}: use auto, aligned or wall")
             if split_steps and manifest:
                 raise ValueError("--manifest cannot be combined with --split-steps (one manifest per output)")
-            bar, opts.progress = _progress()
-            if bar is not None:
-                bar.start()
-            try:
-                results = merge_steps(inputs, output, opts) if split_steps else [merge(inputs, output, opts)]
-            finally:
+            if ray:
+                cluster = _cluster(address, output_dir, node_dir, node_workers, stall_timeout)
+                results = [_ray(output, opts, inputs, split_steps, cluster)]
+            else:
+                if not inputs:
+                    raise ValueError(
+                        "give the inputs to merge (or --ray to merge a running Ray cluster's nodes)"
+                    )
+                bar, opts.progress = _progress()
                 if bar is not None:
-                    bar.stop()
+                    bar.start()
+                try:
+                    results = (
+                        merge_steps(inputs, output, opts) if split_steps else [merge(inputs, output, opts)]
+                    )
+                finally:
+                    if bar is not None:
+                        bar.stop()
         except (UsageError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         ),
         html: str | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         json_path: str | None = typer.Option(
-            None, "--json", help="Write the JSON summary (schema rl-trace-report/1)."
+            None, "--json", help="Write the JSON summary (schema rl-trace-report/2)."
         ),
         manifest: str | None = typer.Option(
             None, "--manifest", help="Merge manifest (default: INPUT.manifest.json)."

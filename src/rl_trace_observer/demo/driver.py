@@ -7,17 +7,25 @@ every rollout replica), ``vllm_generate`` on every replica, ``compute_advantage`
 of step n+1 (with weights one step old) is launched before step n trains, so they overlap.
 Profiled steps start torch.profiler on the trainers and VizTracer on the replicas, and measure
 clock offsets over Ray at their boundaries (``integrations.ray.clock_sync``) when that is available.
+
+The driver is also the demo's agent loop: every sample is one request with a client span
+(:mod:`...capture.requests`), sent to a replica, whose answers stream back as each finishes (one
+consumer thread per replica ends the client spans as they arrive); the weight sync is one
+trainer-side ``update_weights`` phase, and training records each batch's staleness.
 """
 
 from __future__ import annotations
 
 import socket
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture import requests as rq
+from ..capture.staleness import record_consumption
 from . import observe
 from .model import DemoConfig, Sample
 from .rollout import RolloutWorker
@@ -88,6 +96,70 @@ def _advantages(samples: list[Sample]) -> float:
     return mean
 
 
+class _Requests:
+    """One replica's share of a step's requests in flight: client spans, ended as answers stream in."""
+
+    def __init__(self, ray: Any, replica: Any, index: int, step: int, count: int) -> None:
+        self.ids = [f"s{step}-r{index}-{i}" for i in range(count)]
+        self.clients = {
+            rid: rq.begin_client(rid, step=step, sample_index=i, turn=1, server=f"replica_{index}")
+            for i, rid in enumerate(self.ids)
+        }
+        self.samples: list[Sample] = []
+        self.error: BaseException | None = None
+        stream = replica.generate.remote(step, self.ids)  # a Ray streaming generator
+        self.thread = threading.Thread(target=self._consume, args=(ray, stream), daemon=True)
+        self.thread.start()
+
+    def _consume(self, ray: Any, stream: Any) -> None:
+        try:
+            for ref in stream:
+                sample: Sample = ray.get(ref)
+                self.samples.append(sample)
+                rq.end_client(
+                    self.clients.pop(sample.meta["request_id"], None),
+                    response_tokens=len(sample.rollout_log_probs),
+                    replica=sample.replica,
+                    version=sample.weight_version,
+                    status="completed",
+                )
+        except BaseException as exc:  # re-raised by wait(), in the driver's thread
+            self.error = exc
+        finally:
+            for req in self.clients.values():
+                rq.end_client(req, status="error")
+
+    def wait(self) -> list[Sample]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.samples
+
+
+class _Sync:
+    """A weight sync in flight: its trainer-side ``update_weights`` phase ends when every load did."""
+
+    def __init__(self, ray: Any, refs: list[Any], policy_version: int) -> None:
+        self.phase = rq.weight_sync("update_weights", version=policy_version, backend="demo")
+        self.phase.__enter__()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._wait, args=(ray, refs), daemon=True)
+        self.thread.start()
+
+    def _wait(self, ray: Any, refs: list[Any]) -> None:
+        try:
+            ray.get(refs)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.phase.__exit__(None, None, None)
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class DemoLoop:
     """The driver's side of the demo: actors, and one method per phase of a step."""
 
@@ -114,15 +186,24 @@ class DemoLoop:
         names += [f"rollout replica {r}" for r in range(self.cfg.rollouts)]
         return dict(zip(names, pids, strict=True))
 
-    def launch_sync(self, version: int) -> list[Any]:
-        """Weight sync: rank 0 publishes, every replica loads; returns refs to wait on."""
+    def launch_sync(self, version: int, policy_version: int) -> _Sync:
+        """Weight sync: rank 0 publishes, every replica loads; ``policy_version`` = the updates the
+        weights contain (step ``s`` trains version ``s - 1``)."""
         refs = [t.get_weights.remote(version) for t in self.trainers]
-        return refs[1:] + [r.update_weights.remote(refs[0], version) for r in self.rollouts]
+        loads = [r.update_weights.remote(refs[0], version, policy_version) for r in self.rollouts]
+        return _Sync(self.ray, refs[1:] + loads, policy_version)
 
-    def launch_generate(self, step: int) -> list[Any]:
-        return [r.generate.remote(step) for r in self.rollouts]
+    def launch_generate(self, step: int) -> list[_Requests]:
+        n = self.cfg.samples_per_replica
+        return [_Requests(self.ray, r, i, step, n) for i, r in enumerate(self.rollouts)]
 
-    def train(self, step: int, samples: list[Sample]) -> list[dict[str, float]]:
+    def train(self, step: int, samples: list[Sample], waited_ns: int) -> list[dict[str, float]]:
+        record_consumption(  # the batch as the trainer takes it: how stale each sample is
+            step,
+            step - 1,
+            [(s.meta.get("request_id"), s.weight_version, s.weight_version) for s in samples],
+            start_ns=waited_ns,
+        )
         with observe.stage("compute_advantage", "driver", step=step):
             reward = _advantages(samples)
             shards = [samples[r :: self.cfg.trainers] for r in range(self.cfg.trainers)]
@@ -145,25 +226,30 @@ class DemoLoop:
         self.ray.get([a.shutdown.remote() for a in everyone], timeout=60)
 
 
-def _step(loop: DemoLoop, step: int, pending_gen: list[Any] | None, result: LoopResult) -> list[Any] | None:
+def _step(
+    loop: DemoLoop, step: int, pending_gen: list[_Requests] | None, result: LoopResult
+) -> list[_Requests] | None:
     """One step; returns the generation already launched for the next step (async mode)."""
-    cfg, ray = loop.cfg, loop.ray
+    cfg = loop.cfg
     profiled = step in cfg.profile_steps
     with observe.stage("global_step", "global_step", step=step, profiled=profiled, mode=cfg.mode):
         if profiled:
             _clock_boundary(step, "begin")
             loop.profile(step, True)
         if pending_gen is None:  # sync mode (and async step 1): fresh weights, then generate
-            ray.get(loop.launch_sync(step))
+            loop.launch_sync(step, policy_version=step - 1).wait()
             pending_gen = loop.launch_generate(step)
-        samples = [s for batch in ray.get(pending_gen) for s in batch]
-        next_gen: list[Any] | None = None
-        waits: list[Any] = []
+        waited = time.time_ns()
+        samples = [s for batch in pending_gen for s in batch.wait()]
+        next_gen: list[_Requests] | None = None
+        sync: _Sync | None = None
         if cfg.mode == "async" and step < cfg.steps:
-            waits = loop.launch_sync(step + 1)  # queued behind nothing: replicas are idle now
+            # queued behind nothing: replicas are idle now; the weights do not have this step's update
+            sync = loop.launch_sync(step + 1, policy_version=step - 1)
             next_gen = loop.launch_generate(step + 1)  # runs while this step trains
-        loop.train(step, samples)
-        ray.get(waits)
+        loop.train(step, samples, waited)
+        if sync is not None:
+            sync.wait()
         result.rewards.append(sum(s.reward for s in samples) / len(samples))
         if profiled:
             result.profile_files += loop.profile(step, False)
@@ -184,7 +270,7 @@ def run_loop(ray: Any, cfg: DemoConfig, progress: Progress) -> LoopResult:
         result.actor_pids = loop.start()
         if result.profiled_steps:
             _clock_prepare()
-        pending: list[Any] | None = None
+        pending: list[_Requests] | None = None
         for step in range(1, cfg.steps + 1):
             progress(f"step {step}/{cfg.steps}" + (" (profiled)" if step in cfg.profile_steps else ""))
             pending = _step(loop, step, pending, result)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import random
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import mul
 from typing import Any
@@ -39,6 +41,7 @@ class DemoConfig:
     clip: float = 0.2
     profile_steps: tuple[int, ...] = (2,)
     viztracer_min_duration_us: float = 20.0
+    max_running: int = 12  # sequences a replica decodes at once; the others queue (request spans)
     mode: str = "sync"  # "sync", or "async": rollout of step n+1 overlaps training of step n
     seed: int = 1234
 
@@ -114,6 +117,38 @@ class PolicyEngine:
             s.rollout_log_probs.append(logp)
             done += 1
         return done
+
+    def generate_stream(
+        self, prompts: list[list[int]], max_new: int, rng: random.Random, max_running: int
+    ) -> Iterator[tuple[int, Sample, dict[str, int]]]:
+        """Continuous batching: at most ``max_running`` sequences decode together, the rest wait;
+        each sequence is yielded (index, sample, engine times in wall ns) the moment it finishes, as
+        a serving engine returns a request: ``queued``, ``scheduled``, ``first_token``,
+        ``last_token``."""
+        arrival = time.time_ns()
+        seqs = [Sample(tokens=list(p), rollout_log_probs=[], weight_version=self.version) for p in prompts]
+        times = [{"queued": arrival} for _ in prompts]
+        waiting = list(range(len(prompts)))[::-1]
+        running: list[int] = []
+        while waiting or running:
+            while waiting and len(running) < max_running:
+                i = waiting.pop()
+                times[i]["scheduled"] = time.time_ns()
+                running.append(i)
+            self.decode_step([seqs[i] for i in running], rng)  # one engine iteration for the batch
+            now = time.time_ns()
+            still = []
+            for i in running:
+                s = seqs[i]
+                times[i].setdefault("first_token", now)
+                gen = len(s.tokens) - PROMPT_LEN
+                if (s.tokens[-1] == EOS and gen > 0) or gen >= max_new:
+                    times[i]["last_token"] = now
+                    s.reward = reward_of(s.tokens)
+                    yield i, s, times[i]
+                else:
+                    still.append(i)
+            running = still
 
     def generate(self, prompts: list[list[int]], max_new: int, rng: random.Random) -> list[Sample]:
         seqs = [Sample(tokens=list(p), rollout_log_probs=[], weight_version=self.version) for p in prompts]

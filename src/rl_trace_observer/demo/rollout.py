@@ -1,6 +1,10 @@
 """DEMO WORKLOAD: a rollout replica — receives weights, "generates" with them, optionally under VizTracer.
 
 Spans use VERL's vocabulary: ``vllm_generate`` and ``update_weights`` on the lane ``replica_<r>``.
+Generation serves one request per sample with continuous batching and hands each back (a Ray
+streaming generator) as it finishes; every request gets a server span through the same capture API
+VERL's rollout servers use (:mod:`...capture.requests`), with the engine's queue / prefill / decode
+times, and the weight sync its ``load_weights`` phase and the new ``weight_version``.
 In a profiled step VizTracer records the replica's Python call stacks (weight load and every
 engine iteration) and the file is saved with VizTracer's Python API, whose metadata carries the
 ``baseTimeNanoseconds`` anchor the merger needs, then registered in the process record.
@@ -10,8 +14,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 from typing import Any
 
+from ..capture import requests as rq
 from . import observe
 from .model import DemoConfig, PolicyEngine, Sample, Weights, prompts_for
 
@@ -57,22 +63,43 @@ class RolloutWorker:
         observe.register(path, "viztracer", step=step, role="rollout", rank=self.replica)
         return str(path)
 
-    def update_weights(self, weights: Weights, version: int) -> int:
-        with observe.stage("update_weights", self.lane, step=version):
-            self.engine.load(weights, version)
+    def update_weights(self, weights: Weights, version: int, policy_version: int | None = None) -> int:
+        """Load the weights published for step ``version``; ``policy_version`` = the trainer updates
+        they contain (what staleness counts in)."""
+        policy = version if policy_version is None else policy_version
+        with (
+            observe.stage("update_weights", self.lane, step=version),
+            rq.weight_sync("load_weights", replica=self.replica, version=policy) as phase,
+        ):
+            self.engine.load(weights, policy)
+            phase.args["bytes"] = 8 * sum(
+                len(row) if isinstance(row, list) else 1 for w in weights.values() for row in w
+            )
+        rq.mark_version(policy, replica=self.replica)
         return version
 
-    def generate(self, step: int) -> list[Sample]:
+    def generate(self, step: int, request_ids: list[str]) -> Iterator[Sample]:
+        """One request per id (sample i of this replica's prompts for ``step``), each yielded as
+        soon as the engine finishes it; a server span per request from arrival to that moment."""
         cfg = self.config
-        prompts = prompts_for(step, self.replica, cfg.samples_per_replica, cfg.seed)
+        prompts = prompts_for(step, self.replica, len(request_ids), cfg.seed)
         rng = random.Random(cfg.seed + 7919 * step + self.replica)
+        tokens = 0
         with observe.stage("vllm_generate", self.lane, step=step):
-            samples = self.engine.generate(prompts, cfg.max_new_tokens, rng)
-        for s in samples:
-            s.replica = self.replica
-        tokens = sum(len(s.tokens) for s in samples) - sum(len(p) for p in prompts)
+            served = [
+                rq.begin_server(rid, replica=self.replica, prompt_tokens=len(p), version=self.engine.version)
+                for rid, p in zip(request_ids, prompts, strict=True)
+            ]
+            stream = self.engine.generate_stream(prompts, cfg.max_new_tokens, rng, cfg.max_running)
+            for i, sample, t in stream:
+                sample.replica = self.replica
+                sample.meta["request_id"] = request_ids[i]
+                new = len(sample.tokens) - len(prompts[i])
+                tokens += new
+                phases = rq.EnginePhases(t["queued"], t["scheduled"], t["first_token"], t["last_token"])
+                rq.end_server(served[i], phases=phases, response_tokens=new, status="completed")
+                yield sample
         observe.gauge("rollout/generated_tokens", tokens, replica=str(self.replica), step=str(step))
-        return samples
 
     def shutdown(self) -> None:
         self.stop_profile()

@@ -44,6 +44,7 @@ class DemoOutputs:
     json_trace: Path | None = None
     manifests: list[Path] = field(default_factory=list)
     report_html: Path | None = None
+    shards: Path | None = None  # span shards of the .pftrace merge (report, SQL, views)
     report_json: Path | None = None
     summary: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -153,8 +154,10 @@ def merge_and_report(out: DemoOutputs, progress: Progress) -> None:
     progress("merging into one Perfetto trace (.pftrace and .json.gz)")
     out.pftrace = out.out_dir / f"{TRACE_STEM}.pftrace"
     out.json_trace = out.out_dir / f"{TRACE_STEM}.json.gz"
-    for target in (out.pftrace, out.json_trace):
-        out.manifests.append(report_input.merge([out.merge_input], target))
+    out.shards = out.out_dir / "shards"
+    for target in (out.pftrace, out.json_trace):  # span shards with the .pftrace: its report reads them
+        shards = out.shards if target == out.pftrace else None
+        out.manifests.append(report_input.merge([out.merge_input], target, shards=shards))
     out.timings["merge"] = time.monotonic() - t0
     t1 = time.monotonic()
     progress("writing the report")

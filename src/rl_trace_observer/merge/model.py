@@ -168,6 +168,7 @@ PROBLEM_KINDS = (
     "outside_inputs",  # a process record names a path outside the inputs: never read
     "invalid_text",  # non-UTF-8 bytes, replaced so the rest of the file could be read
     "clock",  # clocks that cannot be aligned within the tolerance, or acausal cross-process pairs
+    "node",  # a Ray node died, stalled or failed during `merge --ray`: its files are not (all) merged
 )
 
 

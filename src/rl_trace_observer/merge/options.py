@@ -32,6 +32,7 @@ class MergeOptions:
     manifest: str | None = None
     clock_mode: str = "auto"  # auto | aligned | wall (see merge.clock.hosts)
     clock_tolerance_us: float = 1000.0
+    shards: str | None = None  # also write span shards (Parquet) into this directory (.shards)
     progress: Callable[[int, int], None] | None = field(default=None, repr=False)
 
 
@@ -57,7 +58,10 @@ def output_format(output: str) -> str:
     for suffix, fmt in FORMATS.items():
         if output.endswith(suffix):
             return fmt
-    raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")
+    raise UsageError(
+        f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz "
+        "(.tar: a Perfetto v58+ archive, written from span shards)"
+    )
 
 
 def default_workers() -> int:

@@ -21,6 +21,7 @@ from .plan.plan import Plan
 from .plan.selection import Selection, select, window_ns
 from .plan.sources import InputError, discover
 from .run.execute import NothingUsable, run_all
+from .shards.layout import is_shards_dir
 
 __all__ = ["MergeOptions", "MergeResult", "UsageError", "merge", "merge_steps"]
 
@@ -35,11 +36,21 @@ def _options_dict(opts: MergeOptions) -> dict[str, Any]:
 
 def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
     opts = options or MergeOptions()
+    if len(inputs) == 1 and is_shards_dir(inputs[0]):  # a view: written from the rows, not the inputs
+        if output.endswith(".tar"):
+            from .shards.archive import merge_archive
+
+            return merge_archive(inputs[0], output, opts)
+        from .shards.view import merge_view
+
+        return merge_view(inputs[0], output, opts)
     out_path = Path(output)
     fmt = output_format(output)
     if "://" in output:
         raise UsageError(f"{output}: the output must be a local path")
     manifest_path = Path(opts.manifest) if opts.manifest else manifest_path_for(output)
+    if opts.shards:
+        _shards_ready(opts.shards)
     try:
         sources = discover(inputs)
     except InputError as exc:
@@ -73,9 +84,25 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     manifest["elapsed_s"] = round(time.monotonic() - started, 3)
     written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
     manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
+    if written and opts.shards:
+        from .shards.document import finish
+
+        finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
     write_manifest(manifest_path, manifest)
     code = 0 if written and not (opts.strict and manifest["problems"]) else 1
     return MergeResult(str(out_path), str(manifest_path), manifest, code, problems)
+
+
+def _shards_ready(shards: str) -> None:
+    """pyarrow is there and the shard directory is not one of the inputs' files (one clear line)."""
+    from .shards.arrow import ShardsUnavailable, pyarrow
+
+    try:
+        pyarrow()
+    except ShardsUnavailable as exc:
+        raise UsageError(f"--shards {shards}: {exc}") from None
+    if "://" in shards:
+        raise UsageError(f"--shards {shards}: span shards are written to a local directory")
 
 
 def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, manifest: dict[str, Any]) -> Any:
@@ -142,6 +169,12 @@ def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = N
     the run recorded a window for."""
     opts = options or MergeOptions()
     output_format(output)
+    if len(inputs) == 1 and is_shards_dir(inputs[0]):
+        from .shards.view import split_views
+
+        return split_views(inputs[0], output, opts)
+    if opts.shards:
+        raise UsageError("--shards with --split-steps: write the shards once, then split them into views")
     if opts.steps:
         steps = sorted({s for lo, hi in opts.steps for s in range(lo, hi + 1)})
     else:

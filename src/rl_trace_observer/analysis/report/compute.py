@@ -1,7 +1,7 @@
 """Where each step's time went: the report's numbers, computed once into a versioned JSON summary.
 
 Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
-``rl-trace-report/1``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
+``rl-trace-report/2``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
 all present, so the three never disagree. All durations are exact integer nanoseconds on the
 merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
 
@@ -31,6 +31,8 @@ from typing import Any
 
 from . import intervals as iv
 from .load import Span, TraceData
+from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
+from .rollout import rollout_section
 from .stages import (
     CATEGORIES,
     IDLE,
@@ -43,13 +45,13 @@ from .stages import (
     marker_priority,
 )
 
-SCHEMA = "rl-trace-report/1"
+SCHEMA = "rl-trace-report/2"
 STAGE_CATS = ("rl_insight", "verl")
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
 STEP_KEYS = ("step", "global_step", "global_steps")
-SCHEMA_DOC = """rl-trace-report/1:
+SCHEMA_DOC = """rl-trace-report/2 (/1 plus ``rollout``, see :mod:`.rollout` and docs/FORMATS.md §10):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
   unmatched_ends, dropped_events, manifest, merged_by_report},
  stage_table[{category, pattern}], categories[],
@@ -63,7 +65,19 @@ SCHEMA_DOC = """rl-trace-report/1:
  metrics[{name, steps[{step, mean, last, min, max, count}]}],
  gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
  clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
-  problems, problem_count, missing, counts} | null}.
+  problems, problem_count, missing, counts} | null,
+ rollout{requests, validation_requests, client_spans, server_spans, linked, tail_quantile,
+  steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
+         phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
+         trainer_ns{<category>|idle}}, replicas[{replica, requests, prompt_tokens, response_tokens,
+         busy_ns, tokens_per_s}], imbalance{requests, response_tokens}, slowest[<request row>]}],
+  slowest[{request_id, step, replica, start_ns, latency_ns, server_ns, queue_ns, prefill_ns, decode_ns,
+           turn, turns, attempt, sample, session, status, version, response_tokens, seen_by}],
+  weight_sync{syncs[{version, backend, start_ns, dur_ns, trainer_phases_ns{},
+              replicas[{replica, dur_ns, phases_ns{}, bytes, processes}], slowest_replica}],
+              phase_totals_ns{trainer{}, replica{}}} | null,
+  staleness[{step, trainer_version, samples, lag_steps{<lag>: count}, max_lag_steps, mean_lag_steps,
+             unknown_version, start_ns, wait_ns}]} | null}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -347,7 +361,7 @@ def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
     tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
     if tagged:
         return tagged, "rl_insight"
-    return list(data.spans), "names"
+    return [s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX)], "names"
 
 
 def build_summary(
@@ -401,4 +415,9 @@ def build_summary(
         "gantt": gantt(idx, windows),
         "clock": clock,
         "artifacts": artifacts,
+        "rollout": rollout_section(
+            data.spans,
+            [(w.step, w.start_ns, w.end_ns) for w in windows],
+            [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+        ),
     }

@@ -17,6 +17,9 @@ from typing import Any
 
 import orjson
 
+from ...merge.shards.layout import is_shards_dir
+from ...merge.shards.schema import MANIFEST_NAME
+
 __all__ = ["InputError", "ResolvedInput", "artifacts_section", "clock_section", "merge", "resolve"]
 
 MAX_LISTED = 50
@@ -32,10 +35,12 @@ class ResolvedInput:
     manifest: dict[str, Any] | None
     manifest_path: Path | None
     merged_from: Path | None = None  # the run directory, when the report merged it
+    shards: Path | None = None  # span shards to read instead of the trace (merge --shards)
 
 
-def merge(inputs: list[Path], output: Path) -> Path:
-    """Merge ``inputs`` into ``output`` (format by suffix); returns the manifest path.
+def merge(inputs: list[Path], output: Path, shards: Path | None = None) -> Path:
+    """Merge ``inputs`` into ``output`` (format by suffix; span shards into ``shards`` when given);
+    returns the manifest path.
 
     Raises ``InputError`` when nothing usable was merged (the manifest says why).
     """
@@ -43,7 +48,8 @@ def merge(inputs: list[Path], output: Path) -> Path:
     from ...merge.pipeline import merge as run_merge
 
     try:
-        result = run_merge([str(p) for p in inputs], str(output), MergeOptions())
+        opts = MergeOptions(shards=str(shards) if shards is not None else None)
+        result = run_merge([str(p) for p in inputs], str(output), opts)
     except UsageError as exc:
         raise InputError(str(exc)) from None
     if not result.written:
@@ -65,6 +71,10 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[ResolvedInput]:
     """A merged trace to read; a run directory is merged into a temporary ``.json.gz`` first."""
     p = Path(path)
+    if p.is_dir() and is_shards_dir(p):
+        mpath = Path(manifest) if manifest else p / MANIFEST_NAME
+        yield ResolvedInput(p, _read_manifest(mpath), mpath if mpath.is_file() else None, shards=p)
+        return
     if p.is_dir():
         tmp = Path(tempfile.mkdtemp(prefix="rl-trace-report-"))
         try:
@@ -78,14 +88,28 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
         raise InputError(
             f"{p}: no such file or directory; give a merged trace (.json, .json.gz) or a run directory"
         )
-    if p.name.endswith((".pftrace", ".pftrace.gz")):
-        raise InputError(
-            f"{p}: the report reads Chrome JSON; merge to .json.gz (rl-trace merge … -o X.json.gz)"
-        )
     mpath = Path(manifest) if manifest else Path(f"{p}.manifest.json")
+    if p.name.endswith((".pftrace", ".pftrace.gz")):
+        found = _read_manifest(mpath) if mpath.is_file() else None
+        shards = _shards_of(found)
+        if shards is None:
+            raise InputError(
+                f"{p}: a .pftrace is reported on from its span shards, and this merge wrote none; "
+                f"re-run the merge with --shards DIR (then: rl-trace report DIR), or merge to .json.gz"
+            )
+        yield ResolvedInput(p, found, mpath, shards=shards)
+        return
     yield ResolvedInput(
         p, _read_manifest(mpath) if mpath.is_file() else None, mpath if mpath.is_file() else None
     )
+
+
+def _shards_of(manifest: dict[str, Any] | None) -> Path | None:
+    """The span shard directory a merge manifest names, when it is still there."""
+    folder = ((manifest or {}).get("shards") or {}).get("dir")
+    if isinstance(folder, str) and is_shards_dir(folder):
+        return Path(folder)
+    return None
 
 
 # ------------------------------------------------------------------------------ manifest sections

@@ -31,7 +31,8 @@ from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_event
 
 __all__ = ["Counter", "Span", "TraceData", "TraceError", "load_trace", "split_labels"]
 
-STAGE_CATEGORIES = ("rl_insight", "verl")  # prefixes of the categories RL-Insight / our markers use
+# prefixes of the categories RL-Insight / our markers use, and the capture layer's rollout spans
+STAGE_CATEGORIES = ("rl_insight", "verl", "rl_trace.")
 LONGEST_KEPT = 20
 
 

@@ -1,6 +1,6 @@
 """The report as a library call: input → summary → files. ``rl-trace report`` is a shell over this.
 
-summary = summarize("run.json.gz")            # or a run directory (merged into a temp file)
+summary = summarize("run.json.gz")   # or a span shard directory, a .pftrace with shards, a run directory
 write_outputs(summary, html="r.html", json_path="r.json")
 """
 
@@ -16,6 +16,7 @@ from . import html as report_html
 from .compute import build_summary
 from .inputs import artifacts_section, clock_section, resolve
 from .load import load_trace
+from .shards import load_shards
 
 __all__ = ["summarize", "write_outputs"]
 
@@ -23,7 +24,7 @@ __all__ = ["summarize", "write_outputs"]
 def summarize(path: str | Path, *, manifest: str | Path | None = None) -> dict[str, Any]:
     """Read a merged trace (and its manifest), or merge a run directory first; return the summary."""
     with resolve(path, manifest) as src:
-        data = load_trace(src.trace)
+        data = load_shards(src.shards) if src.shards is not None else load_trace(src.trace)
         summary = build_summary(
             data,
             clock=clock_section(src.manifest, data.metadata),

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
 from .style import LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
 
@@ -195,4 +196,18 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
     metrics = _metrics_table(summary, 3 * top, compact)
     if metrics is not None:
         console.print(metrics)
+    _rollout(console, summary, top, compact)
     _provenance(console, summary)
+
+
+def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool) -> None:
+    """The rollout section (:mod:`.rollout_tables`): requests, tail, replicas, weight sync, staleness."""
+    for plain in rollout_tables(summary.get("rollout"), slowest=top):
+        table = _table(plain.title, compact)
+        for i, header in enumerate(plain.headers):
+            table.add_column(header, justify="left" if i in plain.left else "right")
+        for row in plain.rows:
+            table.add_row(*(_t(c) for c in row))
+        console.print(table)
+        if plain.note:
+            console.print(_t(plain.note))

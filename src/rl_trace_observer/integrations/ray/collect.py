@@ -38,21 +38,31 @@ from .collect_dest import REPORT_NAME, Destination, safe_name
 from .collect_expect import dead_node_reports, node_missing, other_run_files, resolve_run_id, run_coverage
 from .collect_report import CollectProgress, CollectReport, NodeReport, Stopwatch
 
-__all__ = ["CollectReport", "NodeReport", "collect", "collect_if_configured"]
+__all__ = [
+    "CollectReport",
+    "NodeReport",
+    "Survey",
+    "SurveyedNode",
+    "collect",
+    "collect_if_configured",
+    "survey",
+]
 
 log = logging.getLogger("rl_trace_observer")
 MiB = 1024 * 1024
 
 
 @dataclass(eq=False)
-class _Node:
+class SurveyedNode:
+    """One Ray node as the survey found it (see :func:`survey`)."""
+
     report: NodeReport
     hostname: str
     output_dir: str | None  # what the tasks get; None: the node's own RL_TRACE_OUTPUT_DIR
     overridden: bool
     listing: dict[str, Any] | None = None
-    leader: _Node | None = None
-    members: list[_Node] = field(default_factory=list)
+    leader: SurveyedNode | None = None
+    members: list[SurveyedNode] = field(default_factory=list)
     files: list[list[Any]] = field(default_factory=list)
 
 
@@ -60,7 +70,7 @@ def _hash8(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def _connect(ray: Any, address: str | None) -> bool:
+def connect(ray: Any, address: str | None) -> bool:
     """Join the cluster unless this process already is a Ray driver or worker; True if we joined."""
     if ray.is_initialized():
         return False
@@ -70,7 +80,7 @@ def _connect(ray: Any, address: str | None) -> bool:
 
 def _discover(
     ray: Any, default_dir: str | None, overrides: Mapping[str, str]
-) -> tuple[list[_Node], list[dict[str, Any]]]:
+) -> tuple[list[SurveyedNode], list[dict[str, Any]]]:
     """Every node Ray knows, with the output directory its tasks will read (override keys: node id,
     a custom resource name of the node, or its IP)."""
     nodes, dead = [], []
@@ -83,15 +93,15 @@ def _discover(
         chosen = next((str(overrides[k]) for k in keys if k in overrides), None)
         rep = NodeReport(node_id=node_id, address=address)
         host = str(info.get("NodeManagerHostname") or address)
-        nodes.append(_Node(rep, host, chosen or default_dir, chosen is not None))
+        nodes.append(SurveyedNode(rep, host, chosen or default_dir, chosen is not None))
     return nodes, dead
 
 
-def _round(
+def on_each_node(
     ray: Any,
     fn: Callable[..., Any],
-    nodes: list[_Node],
-    args: Callable[[_Node], tuple[Any, ...]],
+    nodes: list[SurveyedNode],
+    args: Callable[[SurveyedNode], tuple[Any, ...]],
     timeout_s: float,
 ) -> dict[str, Any]:
     """Run ``fn`` once on each node (pinned); node id -> result, or the exception it ended with."""
@@ -124,17 +134,19 @@ def _round(
     return out
 
 
-def _probe_and_list(ray: Any, nodes: list[_Node], token: str, timeout_s: float) -> None:
+def _probe_and_list(ray: Any, nodes: list[SurveyedNode], token: str, timeout_s: float) -> None:
     key = {n.report.node_id: n.report.node_id[:16] for n in nodes}
-    probes = _round(
+    probes = on_each_node(
         ray,
         collect_node.write_probe,
         nodes,
         lambda n: (n.output_dir, token, key[n.report.node_id]),
         timeout_s,
     )
-    listings = _round(ray, collect_node.list_output_dir, nodes, lambda n: (n.output_dir, token), timeout_s)
-    _round(
+    listings = on_each_node(
+        ray, collect_node.list_output_dir, nodes, lambda n: (n.output_dir, token), timeout_s
+    )
+    on_each_node(
         ray,
         collect_node.remove_probe,
         nodes,
@@ -163,7 +175,7 @@ def _probe_and_list(ray: Any, nodes: list[_Node], token: str, timeout_s: float) 
             n.report.notes.append(probe + " (shared-filesystem detection skipped)")
 
 
-def _group_shared(nodes: list[_Node], driver_node: str) -> None:
+def _group_shared(nodes: list[SurveyedNode], driver_node: str) -> None:
     """Union nodes that see each other's probe; the leader (driver's node first) copies for all."""
     answered = [n for n in nodes if n.listing and n.listing["exists"]]
     by_key = {n.report.node_id[:16]: n for n in answered}
@@ -180,7 +192,7 @@ def _group_shared(nodes: list[_Node], driver_node: str) -> None:
             other = by_key.get(seen)
             if other is not None:
                 parent[find(other.report.node_id)] = find(n.report.node_id)
-    groups: dict[str, list[_Node]] = {}
+    groups: dict[str, list[SurveyedNode]] = {}
     for n in answered:
         groups.setdefault(find(n.report.node_id), []).append(n)
     for members in groups.values():
@@ -190,7 +202,7 @@ def _group_shared(nodes: list[_Node], driver_node: str) -> None:
         members[0].members = members
 
 
-def _assign_labels(nodes: list[_Node], existing: list[str]) -> None:
+def _assign_labels(nodes: list[SurveyedNode], existing: list[str]) -> None:
     for n in nodes:
         host = safe_name(n.report.hostname or n.hostname)
         n.report.label = f"{host}-{_hash8(n.output_dir or '')}" if n.overridden else host
@@ -199,7 +211,7 @@ def _assign_labels(nodes: list[_Node], existing: list[str]) -> None:
         shared = f"shared-{_hash8(n.report.output_dir or '')}"
         if len(n.members) > 1 or shared in existing:
             n.report.label = shared
-    seen: dict[str, list[_Node]] = {}
+    seen: dict[str, list[SurveyedNode]] = {}
     for n in leaders:
         seen.setdefault(n.report.label, []).append(n)
     for same in (group for group in seen.values() if len(group) > 1):
@@ -210,7 +222,7 @@ def _assign_labels(nodes: list[_Node], existing: list[str]) -> None:
             )
 
 
-def _plan_node(n: _Node, run_id: str) -> None:
+def _plan_node(n: SurveyedNode, run_id: str) -> None:
     """Which files a leader copies, and what its records say is missing or not ours."""
     assert n.listing is not None
     rep, listing = n.report, n.listing
@@ -227,7 +239,7 @@ def _plan_node(n: _Node, run_id: str) -> None:
         rep.notes.append(f"{len(listing['skipped'])} temporary file(s) of atomic writes in progress skipped")
 
 
-def _plan_follower(n: _Node) -> None:
+def _plan_follower(n: SurveyedNode) -> None:
     assert n.listing is not None and n.leader is not None and n.leader.listing is not None
     mine = {tuple(f) for f in n.listing["files"]}
     theirs = {tuple(f) for f in n.leader.listing["files"]}
@@ -324,7 +336,7 @@ def collect(
     destination = Destination(str(dest))
     import ray
 
-    joined = _connect(ray, address)
+    joined = connect(ray, address)
     try:
         return _collect(ray, destination, opts, bar)
     finally:
@@ -341,19 +353,51 @@ def _copy_all(ray: Any, dest: Destination, jobs: list[CopyJob], bar: CollectProg
                 fut.result()
 
 
-def _collect(ray: Any, dest: Destination, opts: _Options, bar: CollectProgress) -> CollectReport:
-    watch = Stopwatch()
-    nodes, dead = _discover(ray, opts.default_dir, opts.overrides)
-    _probe_and_list(ray, nodes, secrets.token_hex(6), opts.list_timeout_s)
+@dataclass
+class Survey:
+    """Every node, what its output directory holds, who copies what: what collect and the Ray merge
+    (``rl_trace_observer.cluster``) both start from, so both label nodes the same way."""
+
+    nodes: list[SurveyedNode]
+    dead: list[dict[str, Any]]
+    run_id: str
+    run_source: str
+
+    @property
+    def leaders(self) -> list[SurveyedNode]:
+        """One node per distinct directory (a shared filesystem is read once)."""
+        return [n for n in self.nodes if n.leader is n]
+
+
+def survey(
+    ray: Any,
+    default_dir: str | None,
+    overrides: Mapping[str, str],
+    run_id: str | None,
+    existing_labels: Callable[[str], list[str]],
+    list_timeout_s: float,
+) -> Survey:
+    """Discover, probe and list every node, group shared directories, resolve the run, label nodes
+    and decide each leader's files. Raises ``AmbiguousRun`` when several runs and no ``run_id``."""
+    nodes, dead = _discover(ray, default_dir, overrides)
+    _probe_and_list(ray, nodes, secrets.token_hex(6), list_timeout_s)
     _group_shared(nodes, ray.get_runtime_context().get_node_id())
-    run, source = resolve_run_id(opts.run_id, [n.listing for n in nodes if n.leader is n and n.listing])
-    _assign_labels(nodes, dest.labels(run))
     leaders = [n for n in nodes if n.leader is n]
+    run, source = resolve_run_id(run_id, [n.listing for n in leaders if n.listing])
+    _assign_labels(nodes, existing_labels(run))
     for n in nodes:
         if n.leader is n:
             _plan_node(n, run)
         elif n.leader is not None:
             _plan_follower(n)
+    return Survey(nodes, dead, run, source)
+
+
+def _collect(ray: Any, dest: Destination, opts: _Options, bar: CollectProgress) -> CollectReport:
+    watch = Stopwatch()
+    found = survey(ray, opts.default_dir, opts.overrides, opts.run_id, dest.labels, opts.list_timeout_s)
+    nodes, dead, run, source = found.nodes, found.dead, found.run_id, found.run_source
+    leaders = found.leaders
     report = CollectReport(dest=dest.url, run_id=run, run_dir=dest.display_run_dir(run))
     report.notes.append(f"run id {run} ({source})")
     report.coverage = run_coverage([n.listing for n in leaders if n.listing], run, opts.profiled_steps)

@@ -225,7 +225,7 @@ def _open_inside(root: str, rel: str) -> tuple[int, os.stat_result]:
         raise
 
 
-class _MemoryWatch:
+class MemoryWatch:
     """Peak memory of this worker during one task: VmHWM reset via clear_refs, RssAnon sampled."""
 
     def __init__(self) -> None:
@@ -287,7 +287,7 @@ def _changed(path: str, before: os.stat_result, read: int, append_only: bool) ->
     return "changed"
 
 
-def _stream_one(root: str, rel: str, attempt: int, chunk: int, mem: _MemoryWatch) -> Iterator[Message]:
+def _stream_one(root: str, rel: str, attempt: int, chunk: int, mem: MemoryWatch) -> Iterator[Message]:
     """Messages for one attempt at one file: begin, data chunks, end (with status and sha256)."""
     try:
         fd, st = _open_inside(root, rel)
@@ -339,7 +339,7 @@ def stream_files(
     so the driver just sees a second ``begin`` for it. The last batch ends with ``("done", memory)``.
     """
     root = os.path.realpath(output_dir)
-    mem = _MemoryWatch()
+    mem = MemoryWatch()
     batch: list[Message] = []
     payload = 0
     for rel in rels:

@@ -91,7 +91,95 @@ RL_INSIGHT_SPANS = (
     ),
     Surface("verl.utils.tracking", "RLInsightLogger.enabled", feature="RL-Insight stage spans"),
 )
-ALL = DIST_PROFILER + TRAINER + TORCH_TOOL + ROLLOUT_TRACES + RL_INSIGHT_SPANS
+REQUEST_CLIENT = (
+    Surface(
+        "verl.workers.rollout.llm_server",
+        "LLMServerClient.generate",
+        ("request_id",),
+        var_keyword=True,
+        feature="rollout request spans (client)",
+    ),
+    Surface(
+        "verl.workers.rollout.llm_server",
+        "LLMServerClient._release_server",
+        ("server_id", "request_id"),
+        feature="rollout request spans (client)",
+    ),
+    Surface(
+        "verl.workers.rollout.llm_server",
+        "LLMServerClient._vllm_request_id",
+        ("request_id",),
+        feature="rollout request spans (client)",
+    ),
+)
+AGENT_LOOP = (
+    Surface(
+        "verl.experimental.agent_loop.agent_loop",
+        "AgentLoopWorker._run_agent_loop",
+        ("sampling_params", "trajectory"),
+        var_keyword=True,
+        feature="agent-loop sample identity",
+    ),
+)
+WEIGHT_SYNC = (
+    Surface("verl.utils.ray_utils", "auto_await", feature="weight-sync phases (trainer)"),
+    *(
+        Surface(
+            "verl.checkpoint_engine.base",
+            f"CheckpointEngineManager.{name}",
+            feature="weight-sync phases (trainer)",
+        )
+        for name in (
+            "update_weights",
+            "abort_replicas",
+            "release_kv_cache_replicas",
+            "resume_kv_cache_replicas",
+            "resume_generation_replicas",
+            "sleep_replicas",
+            "wake_up_replicas",
+            "build_process_group",
+        )
+    ),
+)
+ADAPTERS = (
+    Surface(
+        "verl.workers.rollout.base",
+        "BaseRollout.update_weights",
+        ("weights",),
+        var_keyword=True,
+        feature="weight-sync phases (replica)",
+    ),
+    Surface(
+        "verl.workers.rollout.base", "BaseRollout.resume", ("tags",), feature="weight-sync phases (replica)"
+    ),
+    Surface("verl.workers.rollout.base", "BaseRollout.release", feature="weight-sync phases (replica)"),
+)
+STALENESS = (
+    Surface(
+        "verl.trainer.ppo.v1.replay_buffer",
+        "ReplayBuffer.sample",
+        ("global_steps", "partition_id", "batch_size"),
+        feature="sample staleness",
+    ),
+    Surface(
+        "verl.trainer.ppo.v1.replay_buffer",
+        "ReplayBufferAsync.sample",
+        ("global_steps", "partition_id", "batch_size"),
+        feature="sample staleness",
+    ),
+)
+ALL = (
+    DIST_PROFILER
+    + TRAINER
+    + TORCH_TOOL
+    + ROLLOUT_TRACES
+    + RL_INSIGHT_SPANS
+    + REQUEST_CLIENT
+    + AGENT_LOOP
+    + WEIGHT_SYNC
+    + ADAPTERS
+    + STALENESS
+)
 
 _reported: set[str] = set()
 _lock = threading.Lock()

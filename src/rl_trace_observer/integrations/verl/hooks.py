@@ -5,6 +5,9 @@
   registration (:mod:`.torch_traces`); neither touches ``DistProfiler``.
 - With ``RL_TRACE_VIZTRACER=1``: the actor VizTracer window (:mod:`.viztracer_window`), the only
   hook that wraps ``DistProfiler.start/stop``.
+- With capture on and ``RL_TRACE_REQUESTS`` on (the default): rollout request spans
+  (:mod:`.requests`, :mod:`.rollout_servers`), weight-sync phases (:mod:`.weight_sync`) and sample
+  staleness (:mod:`.staleness`).
 
 Every hook is installed lazily, when the VERL module it needs is imported, after checking its
 surface (:mod:`.contract`). Importing this module imports no VERL, torch or Ray module.
@@ -15,7 +18,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import contract, steps, torch_traces, viztracer_window
+from . import (
+    contract,
+    requests,
+    rollout_servers,
+    staleness,
+    steps,
+    torch_traces,
+    viztracer_window,
+    weight_sync,
+)
 from .import_hooks import when_imported
 
 log = logging.getLogger("rl_trace_observer")
@@ -37,11 +49,19 @@ def _check_tracking(module: Any) -> None:
 def install_capture_hooks(cfg: Any) -> dict[str, bool]:
     """Step markers and torch-trace registration; only when this process captures."""
     if not cfg.capture_enabled:
-        return {"step_markers": False, "torch_traces": False}
+        return {"step_markers": False, "torch_traces": False, "rollout_requests": False}
     contract.warn_if_untested()
     # Not patched, only checked: RL-Insight spans reach our backend through RLInsightLogger.trace_state.
     when_imported("verl.utils.tracking", _check_tracking)
-    return {"step_markers": steps.install(), "torch_traces": torch_traces.install()}
+    installed = {"step_markers": steps.install(), "torch_traces": torch_traces.install()}
+    installed["rollout_requests"] = bool(getattr(cfg, "requests", True)) and _install_rollout_hooks()
+    return installed
+
+
+def _install_rollout_hooks() -> bool:
+    """Requests (client and server), weight-sync phases and staleness: one switch, four surfaces."""
+    done = [m.install() for m in (requests, rollout_servers, weight_sync, staleness)]
+    return all(done)
 
 
 def uninstall_all() -> None:
@@ -49,3 +69,5 @@ def uninstall_all() -> None:
     viztracer_window.uninstall()
     steps.uninstall()
     torch_traces.uninstall()
+    for module in (requests, rollout_servers, weight_sync, staleness):
+        module.uninstall()

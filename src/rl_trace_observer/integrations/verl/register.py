@@ -34,6 +34,14 @@ def install() -> dict[str, bool]:
             installed["viztracer"] = hooks.install_viztracer_window(cfg)
     except Exception as exc:
         log.error("[rl-trace-observer] VERL hooks not installed: %s", exc)
+    try:
+        from ...config import load as load_config
+        from . import tokenspeed_rollout
+
+        # rollout.name=tokenspeed is always available; its trainer hooks only when capture is on
+        installed["tokenspeed_rollout"] = tokenspeed_rollout.install(load_config().capture_enabled)
+    except Exception as exc:
+        log.error("[rl-trace-observer] tokenspeed rollout not registered: %s", exc)
     return installed
 
 

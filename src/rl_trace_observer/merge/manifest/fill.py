@@ -8,12 +8,13 @@ from ..identity import process_title
 from ..plan.plan import Plan
 from ..run.execute import RunState
 from ..run.jobs import SLICE_PHASES
+from .ui import ui_section
 
 
 def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None:
     totals = {"events_read": 0, "events_kept": 0, "events_dropped": 0, "events_filtered": 0}
     phases: dict[str, int] = {}
-    flows = scope_links = 0
+    flows = scope_links = run_ends = 0
     pair_records: list[dict[str, Any]] = []
     lo: int | None = None
     hi: int | None = None
@@ -47,6 +48,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
             phases[ph] = phases.get(ph, 0) + n
         flows += out.stats.get("flows", 0)
         scope_links += out.stats.get("scope_links", 0)
+        run_ends += out.stats.get("run_flow_endpoints", 0)  # joined across artifacts, by id
         if out.min_ts is not None:
             lo = out.min_ts if lo is None else min(lo, out.min_ts)
             hi = out.max_ts if hi is None else max(hi, out.max_ts or out.min_ts)
@@ -55,6 +57,8 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     counts["counter_samples"] = phases.get("C", 0)
     counts["flows"] = flows
     counts["scope_links"] = scope_links
+    if run_ends:
+        counts["run_flow_endpoints"] = run_ends  # rollout requests: a client and a server end each
     counts["processes"] = len(state.processes)
     counts["threads"] = len(state.threads)
     counts["phases"] = dict(sorted(phases.items()))
@@ -63,7 +67,9 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     manifest["counts"] = counts
     manifest["timeline"]["clock"].setdefault("artifacts", []).extend(pair_records)
     manifest["timeline"].update({"base_ns": state.base_ns, "start_ns": lo, "end_ns": hi})
-    manifest["output"].update({"size": state.output_size, "written": state.written})
+    manifest["output"].update(
+        {"size": state.output_size, "written": state.written, "ui_memory": ui_section(counts)}
+    )
     manifest["artifacts"] = [a.info.as_dict() for a in plan.artifacts]
     manifest["ignored"] = plan.ignored
     manifest["runs"] = [{"run_id": r, "processes": n} for r, n in sorted(plan.runs.items())]

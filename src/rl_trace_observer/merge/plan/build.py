@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..identity import planned_pid
 from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
@@ -22,7 +24,7 @@ from ..readers import ReadContext, reader_for, sniff
 from .hints import Hints, hints_for
 from .plan import EVENT_KINDS, Plan, PlannedArtifact
 from .records import apply_record, link_records, process_from_record
-from .sources import Source, fingerprint, read_content, read_head
+from .sources import Content, Source, fingerprint, read_content, read_head
 
 UNKNOWN_HOST = "unknown-host"
 _ROLE_ORDER = {
@@ -31,45 +33,91 @@ _ROLE_ORDER = {
 }  # fmt: skip
 
 
-def plan_sources(sources: list[Source]) -> Plan:
-    """Steps 1-3 of the module docstring (selection is :func:`select`)."""
+@dataclass
+class Sniffed:
+    """What one file's head says (step 1 for one file). Plain data: a Ray node sniffs its own files
+    and sends this instead of their bytes (``rl_trace_observer.cluster``)."""
+
+    kind: str  # reader kind, "unknown" (not a trace, or empty), or "merge_output" (ignored)
+    hints: Hints = field(default_factory=Hints)
+    problem: tuple[str, str] | None = None  # (kind, detail) about the file
+    skip_reason: str | None = None
+
+
+@dataclass
+class Prepared:
+    """Everything planning reads from one file, read where the file is: its head's verdict, its
+    duplicate fingerprint, and (process records) its content."""
+
+    sniffed: Sniffed
+    fingerprint: str | None = None
+    content: Content | None = None
+
+
+def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None = None) -> Plan:
+    """Steps 1-3 of the module docstring (selection is :func:`select`). ``prepared`` (by source URL):
+    what was read elsewhere for files this process cannot open."""
     plan = Plan([], {}, [])
+    known = prepared or {}
     for src in sources:
-        _classify(src, plan)
-    _drop_duplicates(plan)
+        found = known.get(src.url)
+        _add(src, found.sniffed if found is not None else sniff_source(src), plan)
+    _drop_duplicates(plan, known)
     records = [a for a in plan.artifacts if a.info.kind == "process_record"]
     for art in records:
-        _read_record(art, plan)
+        found = known.get(art.source.url)
+        _read_record(art, plan, found.content if found is not None else None)
     link_records(plan)
     _place_unlinked(plan)
     _steps_from_records(plan)
     return plan
 
 
-def _classify(src: Source, plan: Plan) -> None:
+def sniff_source(src: Source) -> Sniffed:
     head = read_head(src)
-    info = ArtifactInfo(path=src.url, rel=src.rel, kind="unknown", size=src.size)
     if not head.data.strip():
-        info.complete, info.selected, info.skip_reason = False, False, "empty file"
-        plan.problems.append(Problem("incomplete", src.url, "empty file (a writer died before writing?)"))
-        plan.artifacts.append(PlannedArtifact(info, src))
-        return
+        return Sniffed(
+            "unknown",
+            problem=("incomplete", "empty file (a writer died before writing?)"),
+            skip_reason="empty file",
+        )
     reader, head = sniff(head)
     if reader is None:
-        info.selected, info.skip_reason = False, "not a trace"
-        plan.problems.append(Problem("not_a_trace", src.url, "no reader recognises this file's content"))
-        plan.artifacts.append(PlannedArtifact(info, src))
-        return
-    if reader.kind == "merge_output":
+        return Sniffed(
+            "unknown",
+            problem=("not_a_trace", "no reader recognises this file's content"),
+            skip_reason="not a trace",
+        )
+    hints = hints_for(reader.kind, head) if reader.kind in EVENT_KINDS else Hints()
+    return Sniffed(reader.kind, hints)
+
+
+def prepare(src: Source) -> Prepared:
+    """What :func:`plan_sources` needs of one file, read here (a Ray node's side of planning)."""
+    sniffed = sniff_source(src)
+    content = read_content(src) if sniffed.kind == "process_record" else None
+    print_ = fingerprint(src) if sniffed.kind not in ("unknown", "merge_output") else None
+    return Prepared(sniffed, print_, content)
+
+
+def _add(src: Source, sniffed: Sniffed, plan: Plan) -> None:
+    if sniffed.kind == "merge_output":
         plan.ignored.append(src.url)
         return
-    info.kind = reader.kind
-    hints = hints_for(reader.kind, head) if reader.kind in EVENT_KINDS else Hints()
+    info = ArtifactInfo(path=src.url, rel=src.rel, kind=sniffed.kind, size=src.size)
+    if sniffed.problem is not None:
+        kind, detail = sniffed.problem
+        info.selected, info.skip_reason = False, sniffed.skip_reason
+        info.complete = kind != "incomplete"
+        plan.problems.append(Problem(kind, src.url, detail))
+        plan.artifacts.append(PlannedArtifact(info, src))
+        return
+    hints = sniffed.hints
     info.step, info.rank, info.role, info.group = hints.step, hints.rank, hints.role, hints.group
     plan.artifacts.append(PlannedArtifact(info, src, hints))
 
 
-def _drop_duplicates(plan: Plan) -> None:
+def _drop_duplicates(plan: Plan, known: Mapping[str, Prepared]) -> None:
     """The same bytes under two paths (a run collected twice): merge the first copy only."""
     by_size: dict[int, list[PlannedArtifact]] = defaultdict(list)
     for art in plan.artifacts:
@@ -80,7 +128,9 @@ def _drop_duplicates(plan: Plan) -> None:
             continue
         seen: dict[str, PlannedArtifact] = {}
         for art in same:
-            first = seen.setdefault(fingerprint(art.source), art)
+            found = known.get(art.source.url)
+            print_ = found.fingerprint if found is not None else None
+            first = seen.setdefault(print_ or fingerprint(art.source), art)
             if first is not art:
                 art.info.selected, art.info.skip_reason = False, f"duplicate of {first.info.path}"
                 plan.problems.append(
@@ -88,8 +138,8 @@ def _drop_duplicates(plan: Plan) -> None:
                 )
 
 
-def _read_record(art: PlannedArtifact, plan: Plan) -> None:
-    content = read_content(art.source)
+def _read_record(art: PlannedArtifact, plan: Plan, content: Content | None = None) -> None:
+    content = content if content is not None else read_content(art.source)
     art.info.sha256, art.info.complete = content.sha256, content.complete
     result = reader_for("process_record").read(content.data, ReadContext(art.info.path, art.source.name))
     plan.problems.extend(result.problems)

@@ -67,7 +67,7 @@ def _valid(record: dict[str, Any]) -> bool:
 
 
 class OwnOutputReader:
-    """A merged trace or merge manifest written by ``rl-trace merge``: ignored, never merged again."""
+    """A merged trace, manifest or span shard written by ``rl-trace merge``: ignored, never merged again."""
 
     kind = "merge_output"
     label = "Merged"
@@ -77,6 +77,10 @@ class OwnOutputReader:
         start = head.data[:512]
         if b'"rl_trace_observer"' in start or MANIFEST_SCHEMA_PREFIX.encode() in head.data:
             return 100
+        if b'"rl-trace-spans/' in head.data or (
+            start[:4] == b"PAR1" and head.source.name.startswith("part-")
+        ):
+            return 100  # span shards (`merge --shards`) written inside an input directory
         if head.source.name.endswith(".manifest.json") and b'"artifacts"' in start:
             return 100  # a long manifest: its keys are sorted, "schema" comes late
         return 0

@@ -3,7 +3,8 @@
 ``tid`` is a per-process lane number, named by the lane's ``thread_name`` line; counters carry
 Prometheus-style ``labels``, and each label set is its own series, so it becomes part of the counter
 track's name. A last line without its newline was cut by a kill: it is dropped and the file is
-reported incomplete; a bad line elsewhere is dropped and counted.
+reported incomplete; a bad line elsewhere is dropped and counted. Rollout servers' request spans
+also give their engine phases and a "requests in flight" counter (:mod:`..transform.requests`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from msgspec import UNSET, Raw, UnsetType
 
 from ..model import Event, Problem
 from ..plan.sources import Head
+from ..transform.requests import request_events
 from .base import ReadContext, ReadResult, SourcePid
 from .chrome_json import KNOWN_PHASES, MAX_TS_NS, gc_paused
 
@@ -107,6 +109,7 @@ class RLInsightReader:
                     res.complete = False
                     res.problems.append(Problem("incomplete", ctx.path, "last line is cut (process killed?)"))
         res.events, invalid = self._normalise(events, res)
+        res.events.extend(request_events(res.events))  # engine phases, in-flight counters (rollout)
         bad += invalid
         res.read = len(events) - invalid + bad  # a cut last line is a fragment, not an event
         res.dropped += bad

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import multiprocessing
 import posixpath
+import secrets
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,8 @@ class RunState:
     output_size: int = 0
     written: bool = False
     writer_stats: dict[str, Any] = field(default_factory=dict)
+    shard_parts: list[dict[str, Any]] = field(default_factory=list)  # span shard parts (..shards)
+    header: dict[str, Any] = field(default_factory=dict)  # the JSON output's header (trace_header)
 
 
 def _estimate(src: Source) -> int:
@@ -73,8 +76,17 @@ def _estimate(src: Source) -> int:
 
 
 def build_jobs(
-    plan: Plan, clock: ClockChoice, fmt: str, base: int, windows: Any, opts: MergeOptions
+    plan: Plan,
+    clock: ClockChoice,
+    fmt: str,
+    base: int,
+    windows: Any,
+    opts: MergeOptions,
+    estimate: Callable[[Source], int] | None = None,
 ) -> list[Job]:
+    """``estimate``: a file's decompressed size where the file is not readable here (a Ray merge's node
+    files: their node measured it); it orders the jobs, so both ways must agree."""
+    estimate = estimate or _estimate
     index = {id(a): i for i, a in enumerate(plan.artifacts)}
     planned = {k: p.merged_pid for k, p in plan.processes.items()}
     titles = clock.titles(plan)  # process labels, with each host's clock correction
@@ -86,7 +98,7 @@ def build_jobs(
         for task, art in zip(tasks, unit, strict=True):
             if art.info.kind == "torch":
                 task.stage_log = stage_logs.get(art.info.owner)
-        weight = sum(_estimate(a.source) for a in unit)
+        weight = sum(estimate(a.source) for a in unit)
         jobs.append(
             Job(
                 tasks=tasks,
@@ -105,6 +117,12 @@ def build_jobs(
     jobs.sort(key=lambda j: (-j.weight, j.tasks[0].source.path))
     for seq, job in enumerate(jobs, start=1):
         job.sequence_id = seq
+    if opts.shards:
+        from ..shards.spec import spec_for
+
+        spec = spec_for(plan, opts.shards, secrets.token_hex(4))
+        for job in jobs:
+            job.shards = spec
     return jobs
 
 
@@ -192,7 +210,7 @@ def run_all(
     for job in jobs:  # outputs come back through part files, not the pipe (see ..writers.spill)
         job.spill_path = spill.part_path(out, job.sequence_id)
     workers = default_workers() if opts.workers is None else opts.workers
-    state = RunState(base, titles=clock.titles(plan))
+    state = RunState(base, titles=clock.titles(plan), header=trace_header(base, clock))
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_output(out) as raw:
@@ -203,16 +221,12 @@ def run_all(
                 lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
                 if lows and min(lows) < base:
                     raise Rebase(min(lows))
-                _collect(state, res)
+                fold(state, res)
                 kept += sum(o.kept for o in res.outcomes)
                 writer.add(res.pieces)
-                _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
             if not kept:
                 raise NothingUsable(state)
-            if isinstance(writer, ChromeJsonWriter):
-                writer.close(_metadata(state))
-            else:  # packets are self-contained; the clock statement is one more
-                writer.close(clock.pftrace_metadata())
+            close_output(writer, state, clock)
             f.flush()
     except BaseException:
         spill.remove_parts(out)
@@ -240,16 +254,40 @@ class PacketsOut:
             self._gz.close()
 
 
-def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
-    if fmt.startswith("pftrace"):
-        return PacketsOut(f, gzip=fmt.endswith(".gz"))
-    header = {
+def trace_header(base: int, clock: ClockChoice) -> dict[str, Any]:
+    """The Chrome JSON output's ``rl_trace_observer`` header (also kept with span shards)."""
+    return {
         "schema": TRACE_SCHEMA,
         "base_ns": base,
         "clock": clock.section.get("mode", "wall"),
         "clock_alignment": clock.trace_metadata(),  # method, worst uncertainty, reference
     }
-    return ChromeJsonWriter(f, gzip=fmt == "json.gz", header=header)
+
+
+def close_output(writer: ChromeJsonWriter | PacketsOut, state: RunState, clock: ClockChoice) -> None:
+    """The output's last bytes: process/thread names (JSON), the clock statement (protobuf)."""
+    if isinstance(writer, ChromeJsonWriter):
+        writer.close(_metadata(state))
+    else:  # packets are self-contained; the clock statement is one more
+        writer.close(clock.pftrace_metadata())
+
+
+def fold(state: RunState, res: JobResult) -> None:
+    """A finished job's identities, outcomes, shard parts and writer counts into the run's state."""
+    _collect(state, res)
+    state.shard_parts.extend(res.shards)
+    _add_stats(state.writer_stats, res.writer_stats)  # the protobuf writer's counts
+
+
+def open_output(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
+    """The writer that stitches job pieces into the output (its header first)."""
+    return _writer(f, fmt, base, clock)
+
+
+def _writer(f: Any, fmt: str, base: int, clock: ClockChoice) -> ChromeJsonWriter | PacketsOut:
+    if fmt.startswith("pftrace"):
+        return PacketsOut(f, gzip=fmt.endswith(".gz"))
+    return ChromeJsonWriter(f, gzip=fmt == "json.gz", header=trace_header(base, clock))
 
 
 def _collect(state: RunState, res: JobResult) -> None:

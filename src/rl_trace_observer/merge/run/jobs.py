@@ -13,6 +13,7 @@ from ..clock.probe import SpanSummary
 from ..identity import ProcessDecl, ThreadDecl
 from ..model import Problem, ProcessKey
 from ..plan.sources import Source
+from ..shards.spec import ShardSpec
 from ..transform.passes import TimeCorrection
 
 SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
@@ -49,6 +50,7 @@ class Job:
     spill_path: str | None = None  # where a worker process leaves big outputs (see ..writers.spill)
     clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
     clock_tolerance_ns: int = 1_000_000
+    shards: ShardSpec | None = None  # also write the kept events as span rows (..shards)
 
 
 @dataclass
@@ -80,3 +82,4 @@ class JobResult:
     threads: dict[tuple[int, int], ThreadDecl]
     pieces: list[Any]
     writer_stats: dict[str, Any] = field(default_factory=dict)
+    shards: list[dict[str, Any]] = field(default_factory=list)  # span shard parts written (..shards)

@@ -12,7 +12,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
@@ -29,6 +29,9 @@ from ..writers import chrome_json, spill
 from . import memory
 from .jobs import Job, JobResult, Outcome, Task
 from .pftrace_job import PftraceSink
+
+if TYPE_CHECKING:
+    from ..shards.sink import ShardSink
 
 _in_worker = False  # set in the merge's own worker processes (see init_worker)
 
@@ -53,6 +56,7 @@ def _run_job(job: Job) -> JobResult:
     rank = RankLinks(job.tasks) if RankLinks.applies(job.tasks) else None
     tasks = rank.order(job.tasks) if rank is not None else job.tasks
     held: list[_Held] = []
+    sink = _shard_sink(job)
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
     for task in tasks:
@@ -79,7 +83,7 @@ def _run_job(job: Job) -> JobResult:
         if aligned is not None:
             correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
         ctx = _context(job, task, correction, mapper, rank)
-        _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None)
+        _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None, sink)
         if hold and rank is not None:
             rank.held(url, hold, res)
             held.append(_Held(task, hold, mapper, res, out, fast))
@@ -91,7 +95,7 @@ def _run_job(job: Job) -> JobResult:
         spilled += _spill(job, result, spilled, deflated)
     if held:
         for h in held:
-            _emit_held(job, h, rank, result, pf)
+            _emit_held(job, h, rank, result, pf, sink)
         held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
@@ -100,7 +104,18 @@ def _run_job(job: Job) -> JobResult:
     if spilled:
         assert job.spill_path is not None
         result.pieces = [spill.Spilled(job.spill_path, spilled, tuple(deflated))]
+    if sink is not None:
+        result.shards = sink.close()
     return result
+
+
+def _shard_sink(job: Job) -> ShardSink | None:
+    """Span rows for ``--shards`` (pyarrow, imported only then)."""
+    if job.shards is None:
+        return None
+    from ..shards.sink import ShardSink
+
+    return ShardSink(job.shards, job.sequence_id)
 
 
 def _context(
@@ -143,6 +158,7 @@ def _emit(
     pf: PftraceSink | None,
     fast: bool,
     hold: list[Event] | None = None,
+    sink: ShardSink | None = None,
 ) -> None:
     """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts.
 
@@ -157,6 +173,8 @@ def _emit(
     else:
         kept = run_passes(events, ctx)
     unit = 1 if pf is not None else 1000
+    if sink is not None:  # span rows of exactly what the writers get (fast: output units from the base)
+        sink.add(kept, task, mapper, job.base_ns if fast else None, unit)
     out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
@@ -244,13 +262,18 @@ class _Held:
 
 
 def _emit_held(
-    job: Job, held: _Held, rank: RankLinks | None, result: JobResult, pf: PftraceSink | None
+    job: Job,
+    held: _Held,
+    rank: RankLinks | None,
+    result: JobResult,
+    pf: PftraceSink | None,
+    sink: ShardSink | None = None,
 ) -> None:
     """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
     res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
     sub = Outcome(held.out.index)
     ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
-    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast)
+    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast, sink=sink)
     out = held.out
     out.kept += sub.kept
     out.dropped += sub.dropped

@@ -24,6 +24,7 @@ from .passes import (
     SCOPE_FLOW_NAME,
     PassContext,
     _ScopeArgs,
+    run_flow_id,
     scope_flow_id,
 )
 
@@ -34,14 +35,14 @@ SCOPE_ID_MASK = (1 << (_SEQ_BITS - 1)) - 1
 class FlowSpace:
     """One artifact's id space (``namespace << 40``) and what its flows add up to."""
 
-    __slots__ = ("base", "binds", "ctx", "linked", "others", "unlinked", "viz_scopes")
+    __slots__ = ("base", "binds", "ctx", "linked", "others", "run_ends", "unlinked", "viz_scopes")
 
     def __init__(self, ctx: PassContext) -> None:
         self.ctx = ctx
         self.base = ctx.namespace << _SEQ_BITS
         self.binds: dict[int, list[int]] = {}  # v2 flows: [id, has start, has end, events]
         self.others: dict[tuple[Any, ...], int] = {}
-        self.linked = self.unlinked = 0
+        self.linked = self.unlinked = self.run_ends = 0
         # link_scopes' VizTracer side: flow starts kept only when their rank's Proton saw the scope
         self.viz_scopes = ctx.scopes if (ctx.scopes is not None and not ctx.collect_scopes) else None
 
@@ -63,7 +64,13 @@ class FlowSpace:
         return True
 
     def bind(self, e: Event) -> None:
-        """A v2 flow endpoint (``bind_id``): the id by value into this artifact's space."""
+        """A v2 flow endpoint (``bind_id``): the id by value into this artifact's space, or into the
+        run's (``passes.run_flow_id``: paired across artifacts, so counted apart)."""
+        run_id = run_flow_id(e.bind_id)
+        if run_id is not None:
+            e.bind_id = run_id
+            self.run_ends += 1
+            return
         bid = e.bind_id = self._other(("b", e.bind_id))
         st = self.binds.get(bid)
         if st is None:
@@ -105,6 +112,8 @@ class FlowSpace:
                     unpaired += st[3]
         ctx.count("flows", links)
         ctx.count("unpaired_flow_events", unpaired)
+        if self.run_ends:
+            ctx.count("run_flow_endpoints", self.run_ends)
 
 
 def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ctx: PassContext) -> None:

@@ -17,10 +17,14 @@ what they did into ``ctx.stats``.
    reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
    every step and end after it with its id, until the next start: Perfetto links each end to the
    start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
+   The exception is a *run-scoped* ``bind_id`` (a string starting ``rl-trace:``, e.g. a rollout
+   request's client and server spans in two processes): it gets the same id in every artifact
+   (:func:`run_flow_id`, at or above 2**62, where no artifact namespace below 2**22 reaches).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +32,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from ...capture.requests import RUN_SCOPE_PREFIX
 from ..identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
 from ..model import Event, ProcessKey
 from ..readers.base import ReadContext, Reader, ReadResult
@@ -44,6 +49,17 @@ SCOPE_FLOW_CAT = "tokenspeed.proton"
 _FLOW_V1 = frozenset("stf")
 _ASYNC = frozenset("ben")
 _SEQ_BITS = 40
+RUN_FLOW_BIT = 1 << 62  # run-scoped flow ids live above every artifact's space (namespaces < 2**22)
+
+
+def run_flow_id(bind: Any) -> int | None:
+    """The id of a run-scoped ``bind_id`` (``"rl-trace:..."``) — the same in every artifact, so a flow
+    joins spans of two processes by a key both wrote (a request id), never by their times; ``None``
+    for any other bind id. 62 bits of hash: a collision among a million requests is ~1e-7 likely."""
+    if type(bind) is not str or not bind.startswith(RUN_SCOPE_PREFIX):
+        return None
+    digest = hashlib.blake2b(bind.encode(), digest_size=8).digest()
+    return RUN_FLOW_BIT | (int.from_bytes(digest, "big") & (RUN_FLOW_BIT - 1))
 
 
 @dataclass(frozen=True)
@@ -275,7 +291,7 @@ def namespace_ids(events: list[Event], ctx: PassContext) -> list[Event]:
     base = ctx.namespace << _SEQ_BITS
     flows: dict[tuple[Any, Any, Any], list[int]] = {}  # key -> [new id, has start, has end, events]
     others: dict[tuple[Any, ...], int] = {}
-    links = unpaired = 0
+    links = unpaired = run_ends = 0
     n = 0
     for e in events:
         ph = e.ph
@@ -302,6 +318,11 @@ def namespace_ids(events: list[Event], ctx: PassContext) -> list[Event]:
         elif ph in _ASYNC and fid is not UNSET:
             e.id = _other(others, ("a", e.cat, fid), base)
         if e.bind_id is not UNSET:
+            run_id = run_flow_id(e.bind_id)
+            if run_id is not None:  # paired across artifacts: counted apart
+                e.bind_id = run_id
+                run_ends += 1
+                continue
             bid = e.bind_id = _other(others, ("b", e.bind_id), base)
             st = flows.setdefault(("bind", None, bid), [bid, 0, 1, 0])
             st[1] |= e.flow_out is True
@@ -310,6 +331,8 @@ def namespace_ids(events: list[Event], ctx: PassContext) -> list[Event]:
         links, unpaired = _close(st, links, unpaired)
     ctx.count("flows", links)
     ctx.count("unpaired_flow_events", unpaired)
+    if run_ends:
+        ctx.count("run_flow_endpoints", run_ends)
     return events
 
 

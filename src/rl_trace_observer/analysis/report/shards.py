@@ -1,0 +1,169 @@
+"""What the report needs, read from span shards instead of a Chrome JSON file (any run size, any
+merged output format: a ``.pftrace`` run has the same shards).
+
+The same four things :mod:`.load` keeps — stage candidates (with their args), counters, the longest
+spans, process/thread names — are picked per part with Arrow (only ``args`` of the kept rows becomes
+Python), so memory follows what is kept plus one part. Times become relative to the trace's base, as
+a Chrome JSON file states them, so the report from shards equals the report from the ``.json.gz`` of
+the same merge (a test checks it on the demo run).
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ...merge.shards.arrow import compute
+from ...merge.shards.dataset import Shards
+from .load import LONGEST_KEPT, STAGE_CATEGORIES, Counter, Span, TraceData, split_labels
+from .stages import OTHER, classify
+
+_COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid", "job", "ordinal"]
+
+
+def load_shards(root: str | Path) -> TraceData:
+    shards = Shards.open(root)
+    data = TraceData(path=str(root), mode="shards")
+    data.metadata = {
+        "rl_trace_observer": shards.doc.get("trace", {}).get("header") or {},
+        "displayTimeUnit": "ms",
+    }
+    data.events = int(shards.doc.get("trace", {}).get("events") or shards.rows)
+    for p in shards.processes:
+        data.process_names[p["trace_pid"]] = p["name"]
+        data.process_args[p["trace_pid"]] = {"name": p["name"]}
+    for t in shards.threads:
+        data.thread_names[(t["trace_pid"], t["trace_tid"])] = t["name"]
+    base = shards.base_ns
+    kept: list[tuple[int, int, Span]] = []
+    counters: list[tuple[int, int, list[Counter]]] = []
+    longest: list[tuple[int, int, int, Span]] = []  # (dur, -job, -ordinal, span): a min-heap of the top
+    begins_ends: list[dict[str, Any]] = []
+    known: dict[str, bool] = {}
+    for table in shards.scan([*_COLUMNS, "args"]):
+        _part(table, base, known, kept, counters, longest, begins_ends, data)
+    _pair(begins_ends, base, known, kept, longest, data)
+    data.spans = [s for _, _, s in sorted(kept, key=lambda k: k[:2])]
+    data.counters = [c for _, _, cs in sorted(counters, key=lambda k: k[:2]) for c in cs]
+    data.longest = [s for *_, s in sorted(longest, key=lambda k: k[:3], reverse=True)]
+    return data
+
+
+def _stage(name: str, cat: str, known: dict[str, bool]) -> bool:
+    hit = known.get(name)
+    if hit is None:
+        hit = known[name] = classify(name) != OTHER
+    return hit or cat.startswith(STAGE_CATEGORIES)
+
+
+def _args(text: Any) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _push(longest: list[tuple[int, int, int, Span]], item: tuple[int, int, int, Span]) -> None:
+    if len(longest) < LONGEST_KEPT:
+        heapq.heappush(longest, item)
+    elif item[:3] > longest[0][:3]:
+        heapq.heapreplace(longest, item)
+
+
+def _part(
+    table: Any,
+    base: int,
+    known: dict[str, bool],
+    kept: list[tuple[int, int, Span]],
+    counters: list[tuple[int, int, list[Counter]]],
+    longest: list[tuple[int, int, int, Span]],
+    begins_ends: list[dict[str, Any]],
+    data: TraceData,
+) -> None:
+    pc = compute()
+    ph = table.column("ph")
+    slices = table.filter(pc.equal(ph, "X"))
+    data.spans_seen += slices.num_rows
+    names = slices.column("name").unique().to_pylist()
+    stage_names = [n for n in names if n is not None and _stage(n, "", known)]
+    cat = pc.fill_null(slices.column("category"), "")
+    is_stage = pc.or_(
+        pc.is_in(pc.fill_null(slices.column("name"), ""), value_set=_strings(stage_names)),
+        pc.or_(pc.starts_with(cat, STAGE_CATEGORIES[0]), pc.starts_with(cat, STAGE_CATEGORIES[1])),
+    )
+    for row in slices.filter(is_stage).to_pylist():
+        span = _span(row, base, with_args=True)
+        kept.append((row["job"], row["ordinal"], span))
+    top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
+    for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
+        _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
+    for row in table.filter(pc.equal(ph, "C")).to_pylist():
+        counters.append((row["job"], row["ordinal"], _counters(row, base)))
+    begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
+
+
+def _strings(values: list[str]) -> Any:
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
+
+
+def _span(row: dict[str, Any], base: int, with_args: bool = False, dur_ns: int | None = None) -> Span:
+    dur = row["dur_ns"] if dur_ns is None else dur_ns
+    span = Span(
+        row["name"] or "",
+        row["category"] or "",
+        row["trace_pid"],
+        row["trace_tid"],
+        row["ts_ns"] - base,
+        max(dur or 0, 0),
+    )
+    if with_args:
+        span.args = _args(row.get("args"))
+    return span
+
+
+def _counters(row: dict[str, Any], base: int) -> list[Counter]:
+    name, labels = split_labels(row["name"] or "")
+    out = []
+    for key, value in _args(row.get("args")).items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            label = name if key == "value" else f"{name} {key}"
+            out.append(Counter(label, row["trace_pid"], row["ts_ns"] - base, float(value), labels))
+    return out
+
+
+def _pair(
+    rows: list[dict[str, Any]],
+    base: int,
+    known: dict[str, bool],
+    kept: list[tuple[int, int, Span]],
+    longest: list[tuple[int, int, int, Span]],
+    data: TraceData,
+) -> None:
+    """B/E rows paired per thread in trace order, as the Chrome JSON loader pairs them."""
+    open_: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: (r["job"], r["ordinal"])):
+        key = (row["trace_pid"], row["trace_tid"])
+        if row["ph"] == "B":
+            open_.setdefault(key, []).append(row)
+            continue
+        stack = open_.get(key)
+        if not stack:
+            data.unmatched_ends += 1
+            continue
+        begin = stack.pop()
+        data.spans_seen += 1
+        dur = row["ts_ns"] - begin["ts_ns"]
+        stage = _stage(begin["name"] or "", begin["category"] or "", known)
+        span = _span(begin, base, with_args=stage, dur_ns=dur)
+        if stage:  # the JSON loader meets a B/E span at its end: that is its place
+            kept.append((row["job"], row["ordinal"], span))
+        _push(longest, (span.dur_ns, -row["job"], -row["ordinal"], span))
+    data.unmatched_ends += sum(len(s) for s in open_.values())

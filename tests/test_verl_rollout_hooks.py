@@ -1,0 +1,379 @@
+"""The rollout hooks on VERL's real classes, in process: client, server, weight sync, staleness.
+
+Real ``LLMServerClient.generate`` (VERL's code: load-balancer round trip, fresh request id, the
+call to the server handle) talks to the e2e harness's ``MockLLMServer`` (vLLM's engine wire
+format) through a stand-in for Ray's actor handles (``.remote`` returns an awaitable): the only
+fake is Ray's transport. Real ``CheckpointEngineManager`` methods (``auto_await``), a real
+``BaseRollout`` subclass, the real replay-buffer classes. Every patch is undone afterwards and
+checked by identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from rl_trace_observer import config as config_mod
+from rl_trace_observer.capture import configure, reset
+from rl_trace_observer.capture import requests as rq
+from rl_trace_observer.integrations.verl import contract, requests, rollout_servers, staleness, weight_sync
+
+from .trace_files import read_jsonl
+
+llm_server = pytest.importorskip("verl.workers.rollout.llm_server")
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+from verl.checkpoint_engine.base import CheckpointEngineManager  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
+from verl.workers.rollout.base import BaseRollout  # noqa: E402
+
+from .verl_e2e.mock_rollout import MockLLMServer  # noqa: E402
+
+PATCHED = {
+    llm_server.LLMServerClient: ("generate", "_vllm_request_id", "_release_server"),
+    AgentLoopWorker: ("_run_agent_loop",),
+    CheckpointEngineManager: tuple(weight_sync.MANAGER_PHASES),
+    ReplayBuffer: ("sample",),
+    ReplayBufferAsync: ("sample",),
+    BaseRollout: ("__init_subclass__",),
+    MockLLMServer: ("generate", "sleep", "wake_up", "abort_all_requests", "set_global_steps"),
+}
+
+
+@pytest.fixture
+def hooks(tmp_path: Path) -> Iterator[Any]:
+    before = {cls: {n: vars(cls).get(n) for n in names} for cls, names in PATCHED.items()}
+    reset()
+    rec = configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": str(tmp_path / "out")}))
+    for module in (requests, rollout_servers, weight_sync, staleness):
+        module.install()
+    rollout_servers._instrument(MockLLMServer)  # what trace_rollout_server does when capture is on
+    try:
+        yield rec
+    finally:
+        for module in (requests, rollout_servers, weight_sync, staleness):
+            module.uninstall()
+        reset()
+        after = {cls: {n: vars(cls).get(n) for n in names} for cls, names in PATCHED.items()}
+        assert after == before, "every patch is undone, the very same objects back"
+
+
+def events(rec: Any) -> list[dict[str, Any]]:
+    rec.events.flush()
+    return read_jsonl(rec.events.path)
+
+
+class _Remote:
+    """Ray's ``handle.method.remote(...)``: here an awaitable calling the method in process."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.fn(*args, **kwargs)
+        if asyncio.iscoroutine(result):
+            return result
+
+        async def done() -> Any:
+            return result
+
+        return done()
+
+
+class FakeBalancer:
+    def __init__(self, server: Any) -> None:
+        self.handle = SimpleNamespace(generate=_Remote(server.generate))
+        self.require_acquire_fields = _Remote(lambda: ["request_id"])
+        self.require_release_fields = _Remote(lambda: ["request_id"])
+        self.acquire_server = _Remote(lambda request_id: ("127.0.0.1:20000", self.handle))
+        self.release_server = SimpleNamespace(remote=lambda **kw: None)
+
+
+def _client(server: Any) -> Any:
+    rollout = SimpleNamespace(name="mock", full_determinism=False)
+    config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout))
+    return llm_server.LLMServerClient(config, load_balancer_handle=FakeBalancer(server))
+
+
+def test_client_and_server_spans_from_verls_real_client(hooks: Any) -> None:
+    server = MockLLMServer(SimpleNamespace(profiler=None), replica_rank=0, world_size=1)
+    server.global_steps = 4
+    client = _client(server)
+    trajectory = {"step": 5, "sample_index": np.int64(3), "rollout_n": 1, "validate": False}
+
+    async def agent_loop(self: Any, sampling_params: Any, trajectory: Any, **kwargs: Any) -> list[Any]:
+        outs = []
+        for _ in range(2):  # two turns of one session, as a multi-turn agent loop does
+            outs.append(
+                await client.generate("session-1", prompt_ids=[1, 2, 3], sampling_params={"max_tokens": 4})
+            )
+        return outs
+
+    run = requests._wrap_run_agent_loop(agent_loop)  # the exact wrapper installed on AgentLoopWorker
+    outs = asyncio.run(run(None, {}, trajectory, agent_name="single_turn_agent", uid="u-7", session_id=1))
+    assert all(o.extra_fields["global_steps"] == 4 for o in outs)
+    evs = events(hooks)
+    clients = [e for e in evs if e.get("name") == rq.CLIENT_SPAN]
+    servers = {e["args"]["request_id"]: e for e in evs if e.get("name") == rq.SERVER_SPAN}
+    assert [c["args"]["turn"] for c in clients] == [1, 2]
+    for c in clients:
+        a = c["args"]
+        assert a["request_id"] in servers and a["request_id"] != "session-1"  # the fresh id VERL sent
+        assert a["session"] == "session-1" and a["server"] == "127.0.0.1:20000"
+        assert (a["step"], a["sample_index"], a["rollout_n"], a["uid"], a["session_id"]) == (
+            5,
+            3,
+            1,
+            "u-7",
+            1,
+        )
+        assert a["prompt_tokens"] == 3 and a["status"] == "completed" and a["version"] == 4
+        s = servers[a["request_id"]]
+        assert s["bind_id"] == c["bind_id"] and s["args"]["replica"] == 0 and s["args"]["version"] == 4
+        assert s["args"]["response_tokens"] == a["response_tokens"] and s["args"]["prompt_tokens"] == 3
+        assert c["ts_ns"] <= s["ts_ns"] and s["ts_ns"] + s["dur_ns"] <= c["ts_ns"] + c["dur_ns"]
+    for s in servers.values():  # from the engine's metrics (vLLM's RequestStateStats shape)
+        assert len(s["args"]["engine_ns"]) == 4 and all(isinstance(t, int) for t in s["args"]["engine_ns"])
+    assert hooks.record()["role"] == "agent_loop"
+
+
+def test_a_failing_server_call_still_ends_both_spans(hooks: Any) -> None:
+    server = MockLLMServer(SimpleNamespace(profiler=None), replica_rank=1, world_size=1)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("replica died")
+        yield  # pragma: no cover
+
+    server.engine.generate = broken
+    with pytest.raises(ConnectionError):
+        asyncio.run(_client(server).generate("s", prompt_ids=[1], sampling_params={}))
+    evs = events(hooks)
+    statuses = {e["name"]: e["args"]["status"] for e in evs if e.get("cat") == rq.REQUEST_CAT}
+    assert statuses == {rq.CLIENT_SPAN: "error: ConnectionError", rq.SERVER_SPAN: "error: ConnectionError"}
+
+
+def test_server_control_methods_are_weight_sync_phases(hooks: Any) -> None:
+    server = MockLLMServer(SimpleNamespace(profiler=None), replica_rank=2, world_size=1)
+
+    async def control() -> None:
+        await server.abort_all_requests()
+        await server.sleep()
+        await server.wake_up()
+        await server.set_global_steps(7)
+
+    asyncio.run(control())
+    evs = events(hooks)
+    got = [
+        (e["name"], e["args"].get("replica"), e["args"].get("version"))
+        for e in evs
+        if e.get("cat") == rq.SYNC_CAT
+    ]
+    assert got == [("pause", 2, None), ("sleep", 2, None), ("wake_up", 2, None), ("weight_version", 2, 7)]
+
+
+def test_sglang_shaped_server_gives_a_queue_phase(hooks: Any) -> None:
+    class SGLangLike:
+        replica_rank = 0
+        global_steps = 1
+
+        def __init__(self) -> None:
+            async def generate_request(obj: Any, request: Any) -> Any:
+                yield {"output_ids": [1, 2], "meta_info": {"queue_time": 0.001, "finish_reason": None}}
+
+            self.tokenizer_manager = SimpleNamespace(generate_request=generate_request)
+
+        async def generate(
+            self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
+        ) -> Any:
+            out = await self.tokenizer_manager.generate_request({"rid": request_id}, None).__anext__()
+            await asyncio.sleep(0.002)
+            return SimpleNamespace(token_ids=out["output_ids"], stop_reason=None)
+
+    assert rollout_servers._instrument(SGLangLike)
+    try:
+        asyncio.run(SGLangLike().generate([1], {}, request_id="sg-1"))
+        (server,) = [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]
+        queued, scheduled, first, last = server["args"]["engine_ns"]
+        assert (scheduled - queued, first, last) == (1_000_000, None, None) and queued == server["ts_ns"]
+    finally:
+        rollout_servers.uninstall()
+
+
+def test_an_http_engine_server_can_tell_its_phases(hooks: Any) -> None:
+    class HttpServer:  # TokenSpeed's shape: the engine is behind HTTP, its answer has meta_info
+        replica_rank = 3
+
+        async def generate(
+            self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]
+        ) -> Any:
+            start = time.time_ns()
+            rollout_servers.note_engine_phases(rq.phases_from_sglang({"queue_time": 0.002}, start))
+            return SimpleNamespace(token_ids=[7], stop_reason="completed")
+
+    assert rollout_servers._instrument(HttpServer)
+    try:
+        asyncio.run(HttpServer().generate("h-1", [1, 2], {}))  # request_id first, by position
+        (server,) = [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]
+        queued, scheduled = server["args"]["engine_ns"][:2]
+        assert scheduled - queued == 2_000_000 and server["args"]["replica"] == 3
+        assert server["args"]["request_id"] == "h-1" and server["args"]["prompt_tokens"] == 2
+    finally:
+        rollout_servers.uninstall()
+    rollout_servers.note_engine_phases(None)  # outside a server call: nothing happens
+
+
+def test_server_classes_are_checked_and_never_wrapped_twice(
+    hooks: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class NoId:
+        async def generate(self, prompt_ids: list[int]) -> None:
+            return None
+
+    with caplog.at_level(logging.ERROR, logger="rl_trace_observer"):
+        assert not rollout_servers._instrument(NoId)
+    assert "has no request_id parameter" in caplog.text
+    assert vars(NoId)["generate"].__name__ == "generate" and not hasattr(
+        vars(NoId)["generate"], "_rl_trace_wrapped"
+    )
+
+    class Child(MockLLMServer):
+        pass
+
+    assert rollout_servers._instrument(Child)
+    assert "generate" not in vars(Child)  # inherits the parent's wrapper: one span per request
+
+
+def test_trainer_phases_keep_auto_await_semantics(hooks: Any) -> None:
+    calls: list[str] = []
+
+    class Replica:
+        async def sleep(self) -> None:
+            calls.append("sleep")
+
+        async def abort_all_requests(self, reject_request: bool = False) -> None:
+            calls.append("abort")
+
+        async def resume_generation(self) -> None:
+            calls.append("resume")
+
+    mgr = CheckpointEngineManager.__new__(CheckpointEngineManager)
+    mgr.replicas, mgr.backend = [Replica(), Replica()], "nccl"
+    mgr.sleep_replicas()  # called without await from plain code: auto_await runs it
+
+    async def from_async() -> None:
+        await mgr.abort_replicas()  # awaited from a coroutine: auto_await hands back the coroutine
+        await mgr.resume_generation_replicas()
+
+    asyncio.run(from_async())
+    assert calls == ["sleep", "sleep", "abort", "abort", "resume", "resume"]
+    evs = events(hooks)
+    got = [(e["name"], e["args"]) for e in evs if e.get("cat") == rq.SYNC_CAT]
+    assert got == [("sleep", {}), ("pause", {}), ("resume_generation", {})]
+
+
+def test_adapter_phases_count_the_weights_and_nest_once(hooks: Any) -> None:
+    class Adapter(BaseRollout):
+        async def resume(self, tags: list[str]) -> None:
+            return None
+
+        async def release(self) -> None:
+            return None
+
+        async def update_weights(
+            self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any
+        ) -> int:
+            return sum(1 for _ in weights)
+
+    class Derived(Adapter):
+        async def update_weights(
+            self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any
+        ) -> int:
+            return await super().update_weights(weights, wire_format, **kwargs)
+
+    adapter = Derived.__new__(Derived)
+    adapter.replica_rank = 1
+    weights = ((f"w{i}", torch.zeros(10, dtype=torch.float32)) for i in range(5))
+
+    async def sync() -> int:
+        await adapter.resume(tags=["weights"])
+        n = await adapter.update_weights(weights, global_steps=3)
+        await adapter.resume(["kv_cache"])
+        await adapter.release()
+        return n
+
+    assert asyncio.run(sync()) == 5
+    evs = events(hooks)
+    got = [(e["name"], e["args"]) for e in evs if e.get("cat") == rq.SYNC_CAT]
+    assert [name for name, _ in got] == ["resume_weights", "load_weights", "resume_kv_cache", "release"]
+    load = got[1][1]
+    assert (load["replica"], load["version"], load["bytes"], load["tensors"]) == (1, 3, 200, 5)
+    assert load["gather_ns"] >= 0
+
+
+def test_staleness_where_the_replay_buffer_hands_out_a_batch(hooks: Any) -> None:
+    tags = [
+        {"min_global_steps": 2, "max_global_steps": 3},
+        {"min_global_steps": 3, "max_global_steps": 3},
+        {"is_padding": True},
+    ]
+    batch = SimpleNamespace(keys=["a_0_0", "b_0_0", "pad"], tags=tags)
+    sample = staleness._wrap_sample(lambda self, g, p, b: (batch, {}))
+    assert sample(None, 4, "train", 2)[0] is batch
+    sample(None, 4, "val", 2)  # validation is not training data
+    evs = events(hooks)
+    (span,) = [e for e in evs if e.get("name") == "consume_samples"]
+    assert span["args"]["step"] == 4 and span["args"]["trainer_version"] == 3
+    assert span["args"]["lag_steps"] == {"0": 1, "1": 1} and span["args"]["samples"] == 2
+    assert [e["args"]["key"] for e in evs if e.get("name") == "sample_staleness"] == ["a_0_0", "b_0_0"]
+    assert getattr(vars(ReplayBuffer)["sample"], "__wrapped__", None) is not None  # installed on VERL's
+
+
+def test_a_missing_surface_is_one_error_and_nothing_is_patched(
+    hooks: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    contract.reset_reports()
+    fake = ModuleType("verl.workers.rollout.llm_server")
+
+    class LLMServerClient:
+        async def generate(self, request_id: str, **kwargs: Any) -> None:
+            return None
+
+    fake.LLMServerClient = LLMServerClient  # type: ignore[attr-defined]
+    requests.uninstall()
+    requests._state["requested"] = True
+    with caplog.at_level(logging.ERROR, logger="rl_trace_observer"):
+        requests._install_client(fake)
+        requests._install_client(fake)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "_vllm_request_id" in errors[0].getMessage()
+    assert "rollout request spans (client) is off" in errors[0].getMessage()
+    assert vars(LLMServerClient)["generate"].__qualname__.endswith("LLMServerClient.generate")
+    contract.reset_reports()
+
+
+def test_requests_switch_off_leaves_verl_untouched(tmp_path: Path) -> None:
+    """``RL_TRACE_REQUESTS=0``: the plugin installs none of the rollout hooks (fresh interpreter; the
+    switch on is what every other test here and the end-to-end run use)."""
+    switch = "0"
+    from .conftest import clean_env, run_python
+
+    code = """
+        import rl_trace_observer.integrations.verl.register as reg
+        from verl.workers.rollout.llm_server import LLMServerClient
+        from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+        print(reg.INSTALLED["rollout_requests"], LLMServerClient.generate.__code__.co_filename,
+              ReplayBuffer.sample.__code__.co_filename)
+    """
+    env = clean_env(RL_TRACE_OUTPUT_DIR=str(tmp_path), RL_TRACE_REQUESTS=switch)
+    installed, client_file, buffer_file = run_python(code, env).stdout.split()[-3:]
+    ours = switch == "1"
+    assert installed == str(ours)
+    assert ("rl_trace_observer" in client_file) == ours and ("rl_trace_observer" in buffer_file) == ours
