@@ -3,8 +3,8 @@ Perfetto views written from them without the raw inputs.
 
 The run is three hosts written by the real capture layer (``corpus/cluster_run.py``: a host whose
 clock is 25 ms ahead, Kineto traces with kernels and flows, a TokenSpeed rank), merged on this
-machine into Chrome JSON (the fused fast path) and into ``.pftrace`` (the general path), each with
-its own shards.
+machine into Chrome JSON (the fused fast path, output µs) and into ``.pftrace`` (the same path in
+ns), each with its own shards.
 """
 
 from __future__ import annotations

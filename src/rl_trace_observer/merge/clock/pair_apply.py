@@ -25,7 +25,16 @@ from ..transform.flowspace import scope_ids
 from ..transform.passes import TimeCorrection
 from .pairs import PairAlignment, PairCorrection, chain
 
-__all__ = ["as_span_dicts", "clock_problems", "proton_scope_starts_of", "stack", "viz_scope_starts_of"]
+__all__ = [
+    "as_span_dicts",
+    "by_scope",
+    "clock_problems",
+    "proton_scope_starts_of",
+    "proton_scopes",
+    "raw_ns",
+    "stack",
+    "viz_scope_starts_of",
+]
 
 
 class _ScopeArgs(msgspec.Struct, gc=False):
@@ -42,7 +51,7 @@ def _ns(value: Any, anchor_ns: int, deferred: bool) -> int:
     return anchor_ns + us_to_ns(value) if deferred else int(value)
 
 
-def _raw_ns(times: list[Any], anchor_ns: int, deferred: bool) -> list[int]:
+def raw_ns(times: list[Any], anchor_ns: int, deferred: bool) -> list[int]:
     """Reader times (µs after the anchor when ``deferred``, else ns) → exact absolute ns.
 
     One comprehension without a call per event on the usual range (TokenSpeed files count from
@@ -65,18 +74,25 @@ def proton_scope_starts_of(
     ``anchor_ns`` is then the reader's anchor, else ignored. Events whose ``args`` do not decode, or
     carry no integer ``scope_id``, are not paired (the scope link pass skips them too).
     """
+    scoped, ids = proton_scopes(events)
+    return by_scope(ids, raw_ns([e.ts for e in scoped], anchor_ns, deferred))
+
+
+def proton_scopes(events: Iterable[Event]) -> tuple[list[Event], list[int | None]]:
+    """A Proton file's kernel scopes (``cat: "scope"`` slices with args and a time) and their
+    ``args.scope_id`` s, decoded once: the scope link pass can take them as they are."""
     unset = UNSET
     scoped = [
         e for e in events if e.cat == "scope" and e.ph == "X" and e.args is not unset and e.ts is not unset
     ]
-    return _by_scope(scope_ids(scoped), _raw_ns([e.ts for e in scoped], anchor_ns, deferred))
+    return scoped, scope_ids(scoped)
 
 
 def viz_scope_starts_of(events: list[Event], anchor_ns: int, *, deferred: bool) -> dict[int, list[int]]:
     """scope_id → raw ns of a VizTracer report's ``viztracer->proton`` flow starts (their ``id``, which
     the scope link pass matches too; ``args.scope_id`` when the id is not an integer)."""
     timed = [e for e in events if e.ts is not UNSET]
-    return _by_scope([_flow_scope(e) for e in timed], _raw_ns([e.ts for e in timed], anchor_ns, deferred))
+    return by_scope([_flow_scope(e) for e in timed], raw_ns([e.ts for e in timed], anchor_ns, deferred))
 
 
 def _flow_scope(e: Event) -> Any:
@@ -88,7 +104,7 @@ def _flow_scope(e: Event) -> Any:
         return None
 
 
-def _by_scope(ids: list[Any], times: list[int]) -> dict[int, list[int]]:
+def by_scope(ids: list[Any], times: list[int]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for sid, ns in zip(ids, times, strict=True):
         if sid.__class__ is int:

@@ -25,8 +25,8 @@ from ..plan.sources import Source, read_content
 from ..readers import ReadContext, ReadResult, reader_for
 from ..readers.chrome_json import NotATrace, gc_paused
 from ..transform.passes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
-from .pair_apply import as_span_dicts, proton_scope_starts_of, viz_scope_starts_of
-from .pair_events import match_keyed, scan_viztracer_scope_starts, stage_pairs
+from .pair_apply import as_span_dicts, by_scope, proton_scopes, raw_ns, viz_scope_starts_of
+from .pair_events import match_keyed, stage_pairs
 from .pairs import PairAlignment, align_pairs
 
 __all__ = ["STAGE_CAT", "RankLinks", "StageLinks"]
@@ -45,46 +45,53 @@ class RankLinks:
     """A TokenSpeed rank's reports: Proton aligns on the VizTracer flow starts, and those starts link
     only to scopes Proton recorded.
 
-    Chrome JSON output (``hold``): the VizTracer report goes first, its flow starts (one per kernel
-    scope) held back by the worker; the Proton files align on them and record their scope ids; the
-    held starts are written last. Each file is read once (Perfetto's JSON importer sorts by time, so
-    file position does not matter). Protobuf output binds a flow start to the slice being written
-    around it, so there the Proton files go first and the report is scanned once beforehand.
+    The VizTracer report goes first, its flow starts (one per kernel scope) held back by the worker;
+    the Proton files align on them and record their scope ids; the held starts are written last.
+    Each file is read once, for every output format: Perfetto sorts by time, so file position does
+    not matter (the protobuf writer keeps the report's slices until its starts are linked).
     """
 
-    def __init__(self, tasks: Sequence[_TaskLike], *, hold: bool) -> None:
-        self.hold = hold
+    def __init__(self, tasks: Sequence[_TaskLike]) -> None:
         self.scopes: set[int] | None = None
-        self._partner: tuple[str, dict[int, list[int]]] | None = None if hold else _scope_scan(tasks)
+        self._partner: tuple[str, dict[int, list[int]]] | None = None
+        # the last Proton file's scopes and their ids, decoded for its alignment: its scope link pass
+        # takes them as they are (see :func:`..transform.flowspace.scope_ends`)
+        self.scope_ids: tuple[list[Event], list[int | None]] | None = None
 
     @staticmethod
     def applies(tasks: Sequence[_TaskLike]) -> bool:
         return {t.kind for t in tasks} >= {"proton", "viztracer"}
 
     def order(self, tasks: Sequence[Any]) -> list[Any]:
-        first = "viztracer" if self.hold else "proton"
-        return sorted(tasks, key=lambda t: t.kind != first)
+        return sorted(tasks, key=lambda t: t.kind != "viztracer")
 
     def hold_flows(self, url: str, events: list[Event], res: ReadResult) -> tuple[list[Event], list[Event]]:
         """(the report's events without its scope flow starts, those starts); the first report with
-        starts becomes the Proton files' partner."""
+        starts becomes the Proton files' partner. The fused fast path holds them itself
+        (:func:`..transform.fastpath.to_output`'s ``hold``) and calls :meth:`held`."""
         name, cat = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT
         starts = [e for e in events if e.ph == "s" and e.name == name and e.cat == cat]
         if not starts:
             return events, starts
         held = set(map(id, starts))
-        if self._partner is None:
-            self._partner = url, viz_scope_starts_of(starts, res.anchor_ns or 0, deferred=res.deferred)
+        self.held(url, starts, res)
         return [e for e in events if id(e) not in held], starts
+
+    def held(self, url: str, starts: list[Event], res: ReadResult) -> None:
+        """A report's scope flow starts, as read: the first report with any is the partner."""
+        if starts and self._partner is None:
+            self._partner = url, viz_scope_starts_of(starts, res.anchor_ns or 0, deferred=res.deferred)
 
     def align(
         self, url: str, events: list[Event], res: ReadResult, tolerance_ns: int, apply: bool
     ) -> PairAlignment | None:
         """A Proton file's alignment on its VizTracer partner (None: no partner was readable)."""
+        self.scope_ids = None
         if self._partner is None:
             return None
         viz_url, viz_starts = self._partner
-        starts = proton_scope_starts_of(events, res.anchor_ns or 0, deferred=res.deferred)
+        scoped, ids = self.scope_ids = proton_scopes(events)
+        starts = by_scope(ids, raw_ns([e.ts for e in scoped], res.anchor_ns or 0, res.deferred))
         return align_pairs(
             match_keyed(viz_starts, starts),
             artifact=url,
@@ -93,18 +100,6 @@ class RankLinks:
             tolerance_ns=tolerance_ns,
             apply=apply,
         )
-
-
-def _scope_scan(tasks: Sequence[_TaskLike]) -> tuple[str, dict[int, list[int]]] | None:
-    """The rank's VizTracer flow starts read ahead of the report itself (protobuf output)."""
-    viz = next((t for t in tasks if t.kind == "viztracer"), None)
-    if viz is None:
-        return None
-    try:
-        scan = scan_viztracer_scope_starts(read_content(viz.source).data)
-        return viz.source.url, scan.absolute(viz.anchor_ns)
-    except ValueError:  # unreadable or unanchored: its own read reports why; Proton keeps the host clock
-        return None
 
 
 class StageLinks:

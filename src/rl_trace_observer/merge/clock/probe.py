@@ -32,11 +32,14 @@ MAX_SPANS = 10_000
 PROBED_KINDS = {"rl_insight": None, "torch": "user_annotation"}  # kind -> category kept (None: all)
 
 
-def stage_spans(events: Iterable[Event], kind: str, relative_to_ns: int | None) -> list[SpanSummary]:
+def stage_spans(
+    events: Iterable[Event], kind: str, relative_to_ns: int | None, unit_ns: int = 1000
+) -> list[SpanSummary]:
     """The spans of one artifact the causality checks use, on the merged timeline in ns.
 
-    ``relative_to_ns``: the events' ``ts``/``dur`` are already output µs relative to this base
-    (the fused fast path, :mod:`..transform.fastpath`); ``None``: they are absolute integer ns.
+    ``relative_to_ns``: the events' ``ts``/``dur`` are already output units (µs, or ns when
+    ``unit_ns`` is 1) relative to this base (the fused fast path, :mod:`..transform.fastpath`);
+    ``None``: they are absolute integer ns.
     """
     if kind not in PROBED_KINDS:
         return []
@@ -49,7 +52,7 @@ def stage_spans(events: Iterable[Event], kind: str, relative_to_ns: int | None) 
         ts: Any = e.ts
         dur: Any = e.dur
         if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 for an integer y
-            ts, dur = relative_to_ns + round(ts * 1000), round(dur * 1000)
+            ts, dur = relative_to_ns + round(ts * unit_ns), round(dur * unit_ns)
         pid, tid = e.pid, e.tid
         if isinstance(pid, int) and isinstance(tid, int):
             name = e.name if isinstance(e.name, str) else ""

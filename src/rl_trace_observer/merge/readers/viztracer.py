@@ -28,6 +28,7 @@ class VizTracerReader(chrome_json.ThreadLanes):
     kind = "viztracer"
     label = "VizTracer"
     order = 3
+    slice_order = "exit"  # a call is written when it returns: the merge's nesting check expects that
 
     def sniff(self, head: Head) -> int:
         data = head.data

@@ -12,13 +12,13 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
 from ..clock.partners import RankLinks, StageLinks
 from ..clock.probe import stage_spans
-from ..model import Event, Problem, ProcessKey
+from ..model import Event, Problem, ProcessKey, Rebase
 from ..plan.sources import read_content
 from ..readers import ReadContext, ReadResult, reader_for
 from ..readers import chrome_json as chrome_reader
@@ -53,7 +53,7 @@ def run_job(job: Job) -> JobResult:
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
     pf = PftraceSink(job) if job.out_format.startswith("pftrace") else None
-    rank = RankLinks(job.tasks, hold=pf is None) if RankLinks.applies(job.tasks) else None
+    rank = RankLinks(job.tasks) if RankLinks.applies(job.tasks) else None
     tasks = rank.order(job.tasks) if rank is not None else job.tasks
     held: list[_Held] = []
     sink = _shard_sink(job)
@@ -62,7 +62,7 @@ def _run_job(job: Job) -> JobResult:
     for task in tasks:
         out = Outcome(task.index)
         result.outcomes.append(out)
-        fast = pf is None and not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
+        fast = not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
         read = _read(task, out, job.planned, fast)
         if read is None:
             continue
@@ -70,10 +70,12 @@ def _run_job(job: Job) -> JobResult:
         correction = task.correction
         url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
         aligned: PairAlignment | None = None
-        if rank is not None and task.kind == "viztracer" and rank.hold:
-            events, starts = rank.hold_flows(url, events, res)
-            if starts:
-                held.append(_Held(task, starts, mapper, res, out, fast))
+        hold: list[Event] | None = None  # a rank's report: its scope flow starts, written last
+        if rank is not None and task.kind == "viztracer":
+            if fast:
+                hold = []  # the fused loop sets them aside as it goes
+            else:
+                events, hold = rank.hold_flows(url, events, res)
         elif rank is not None and task.kind == "proton":
             aligned = rank.align(url, events, res, tol, apply)
         elif task.kind == "torch" and task.stage_log is not None:
@@ -81,7 +83,10 @@ def _run_job(job: Job) -> JobResult:
         if aligned is not None:
             correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
         ctx = _context(job, task, correction, mapper, rank)
-        _emit(job, task, events, res, ctx, out, result, pf, fast, sink)
+        _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None, sink)
+        if hold and rank is not None:
+            rank.held(url, hold, res)
+            held.append(_Held(task, hold, mapper, res, out, fast))
         if rank is not None and ctx.collect_scopes:
             rank.scopes = ctx.scopes
         if _in_worker:
@@ -133,6 +138,7 @@ def _context(
         scope_namespace=job.scope_namespace,
         collect_scopes=collect,
         scopes=scopes,
+        scope_ids=rank.scope_ids if collect and rank is not None else None,
     )
 
 
@@ -151,15 +157,25 @@ def _emit(
     result: JobResult,
     pf: PftraceSink | None,
     fast: bool,
+    hold: list[Event] | None = None,
     sink: ShardSink | None = None,
 ) -> None:
-    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts."""
+    """Run the passes over a file's events and serialise what they keep; ``out`` gets the counts.
+
+    ``hold`` (fused path only): a rank report's scope flow starts are set aside there, untouched.
+    The kept events' times are absolute ns from the listed passes; on the fused path they are already
+    the output's: µs (Chrome JSON) or ns (protobuf) relative to ``job.base_ns``."""
     assert ctx.mapper is not None
     mapper = ctx.mapper
-    kept = _fast(events, res, ctx.correction, job, ctx, out, result) if fast else run_passes(events, ctx)
-    if sink is not None:  # span rows of exactly what the writers get (fast: output µs from the base)
-        sink.add(kept, task, mapper, job.base_ns if fast else None)
-    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None)  # clock checks
+    in_order: dict[Any, bool] | None = None
+    if fast:
+        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None)
+    else:
+        kept = run_passes(events, ctx)
+    unit = 1 if pf is not None else 1000
+    if sink is not None:  # span rows of exactly what the writers get (fast: output units from the base)
+        sink.add(kept, task, mapper, job.base_ns if fast else None, unit)
+    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
         res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
@@ -172,8 +188,8 @@ def _emit(
         out.phases = dict(Counter(map(attrgetter("ph"), kept)))
     result.processes.update(mapper.processes)
     result.threads.update(mapper.threads)
-    if pf is not None:
-        pf.add(kept, mapper, out)
+    if pf is not None:  # a rank's report waits for its held flow starts: they bind to its slices
+        pf.add(kept, mapper, out, in_order, ctx.fanned, wait=bool(hold))
     elif not fast:
         pieces, lo, hi = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz")
         result.pieces.extend(pieces)
@@ -198,19 +214,39 @@ def _fast(
     ctx: PassContext,
     out: Outcome,
     result: JobResult,
-) -> list[Event]:
-    """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then the events are encoded."""
+    hold: list[Event] | None = None,
+    protobuf: bool = False,
+) -> tuple[list[Event], dict[Any, bool] | None]:
+    """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then Chrome JSON is
+    encoded here; for protobuf, times stay ns and the caller hands the events (and which threads are
+    in order) to the :class:`.pftrace_job.PftraceSink`."""
     anchor = res.anchor_ns if res.deferred and res.anchor_ns is not None else 0
     shift = anchor + correction.offset_ns - job.base_ns
     assert ctx.mapper is not None
+    in_order: dict[Any, bool] | None = {} if protobuf else None
+    if protobuf:
+        ctx.fanned = set()
     kept, out.phases, lo, hi = fastpath.to_output(
-        events, res, source_ns=not res.deferred, shift_ns=shift, mapper=ctx.mapper, ctx=ctx
+        events,
+        res,
+        source_ns=not res.deferred,
+        shift_ns=shift,
+        mapper=ctx.mapper,
+        ctx=ctx,
+        unit_ns=1 if protobuf else 1000,
+        hold=hold,
+        in_order=in_order,
     )
-    pieces, _, _ = chrome_json.encode_pieces(kept, job.base_ns, job.out_format == "json.gz", convert=False)
-    result.pieces.extend(pieces)
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
-    return kept
+        if protobuf and lo < 0:  # the protobuf writer cannot go below its base: re-plan it
+            raise Rebase(job.base_ns + lo)
+    if not protobuf:
+        pieces, _, _ = chrome_json.encode_pieces(
+            kept, job.base_ns, job.out_format == "json.gz", convert=False
+        )
+        result.pieces.extend(pieces)
+    return kept, in_order
 
 
 @dataclass
@@ -237,7 +273,7 @@ def _emit_held(
     res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
     sub = Outcome(held.out.index)
     ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
-    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast, sink)
+    _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast, sink=sink)
     out = held.out
     out.kept += sub.kept
     out.dropped += sub.dropped

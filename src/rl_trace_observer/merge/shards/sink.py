@@ -91,12 +91,18 @@ class ShardSink:
 
     # ------------------------------------------------------------------------------------ rows
     def add(
-        self, events: list[Event], task: Task, mapper: IdentityMapper, relative_to_ns: int | None
+        self,
+        events: list[Event],
+        task: Task,
+        mapper: IdentityMapper,
+        relative_to_ns: int | None,
+        unit_ns: int = 1000,
     ) -> None:
-        """``events`` as the writers get them: absolute ns, or (``relative_to_ns``) output µs from it."""
+        """``events`` as the writers get them: absolute ns, or (``relative_to_ns``) output units from it:
+        µs (``unit_ns`` 1000, Chrome JSON) or ns (1, the protobuf writer's)."""
         self._tracks.clear()  # per file: its mapper names its tracks
         for start in range(0, len(events), CHUNK):
-            table = self._table(events[start : start + CHUNK], task, mapper, relative_to_ns)
+            table = self._table(events[start : start + CHUNK], task, mapper, relative_to_ns, unit_ns)
             self._route(table, task.host)
 
     def _track(self, key: tuple[int, int], task: Task, mapper: IdentityMapper) -> tuple[Any, ...]:
@@ -112,7 +118,9 @@ class ShardSink:
         os_pid = owner.pid if owner.pid >= 0 else None
         return (meta.run, owner.host, os_pid, meta.role, meta.rank, source, lane, device)
 
-    def _table(self, events: list[Event], task: Task, mapper: IdentityMapper, rel: int | None) -> Any:
+    def _table(
+        self, events: list[Event], task: Task, mapper: IdentityMapper, rel: int | None, unit_ns: int = 1000
+    ) -> Any:
         """One chunk → one Arrow table: a plain list per attribute, the rest in Arrow (see module doc)."""
         pa, pc = pyarrow(), compute()
         n, unset, schema = len(events), UNSET, self.schema
@@ -142,6 +150,9 @@ class ShardSink:
         if rel is None:
             cols["ts_ns"] = pa.array([e.ts for e in events], pa.int64())
             cols["dur_ns"] = pa.array(durs, pa.int64())
+        elif unit_ns == 1:  # ns from the base (integral floats or ints: exact below 2**53)
+            cols["ts_ns"] = pc.add(_ns(pa, pc, [e.ts for e in events], 1), rel)
+            cols["dur_ns"] = _ns(pa, pc, durs, 1)
         else:  # output µs from the base, each y/1000 for an integer y: round(µs * 1000) is exact
             cols["ts_ns"] = pc.add(_ns(pa, pc, [e.ts for e in events]), rel)
             cols["dur_ns"] = _ns(pa, pc, durs)
@@ -229,8 +240,10 @@ class ShardSink:
         self._parts.clear()
 
 
-def _ns(pa: Any, pc: Any, values: list[Any]) -> Any:
+def _ns(pa: Any, pc: Any, values: list[Any], unit_ns: int = 1000) -> Any:
     arr = pa.array(values, pa.float64())
+    if unit_ns == 1:
+        return pc.cast(arr, pa.int64())
     return pc.cast(pc.round(pc.multiply(arr, 1000.0), round_mode="half_to_even"), pa.int64())
 
 

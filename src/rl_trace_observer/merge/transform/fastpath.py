@@ -44,18 +44,28 @@ def to_output(
     shift_ns: int,
     mapper: IdentityMapper,
     ctx: PassContext,
+    unit_ns: int = 1000,
+    hold: list[Event] | None = None,
+    in_order: dict[tuple[int, int], bool] | None = None,
 ) -> tuple[list[Event], dict[str, int], int | None, int | None]:
-    """Events in source units (µs, or ns when ``source_ns``) → output µs relative to the base.
+    """Events in source units (µs, or ns when ``source_ns``) → output units relative to the base:
+    µs for Chrome JSON (``unit_ns=1000``), ns for protobuf (``unit_ns=1``, integer-valued).
 
     ``shift_ns`` = anchor + clock offset − base. Returns (kept events, their phase counts, min and max
     start in ns relative to the base); ``ctx.stats`` gets what the namespacing and scope passes count.
+    ``hold``: TokenSpeed's scope flow starts go there untouched (their links are known only once the
+    rank's Proton files are read), as :meth:`..clock.partners.RankLinks.hold_flows` would set them aside.
+    ``in_order`` (a dict): filled with, per merged thread, whether its slices came in Perfetto's order
+    (by start, the longer first), so that a writer that needs that order can skip sorting them.
     """
     for e in [e for e in events if e.ph == "M"]:  # names first: identities depend on them
         result.metadata += 1
         _metadata(e, result)
     q, rr, scale = _time_constants(shift_ns, source_ns)
     known, unset, rounder = KNOWN_PHASES, UNSET, _ROUNDER
-    exact, fast_dur, k = float(_EXACT_NS), float(_FAST_DUR), 1000.0
+    exact, fast_dur, k = float(_EXACT_NS), float(_FAST_DUR), float(unit_ns)
+    # a source that writes a slice when it returns (VizTracer) starts its threads in exit order
+    first_mode = 2 if getattr(mapper.reader, "slice_order", "start") == "exit" else 0
     out: list[Event] = []
     append = out.append
     counts: dict[str, int] = {}
@@ -67,7 +77,9 @@ def to_output(
     prev_tid: object = unset
     mpid = mtid = prev_mpid = prev_mtid = 0
     # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack]; mode 0 empty, 4 one
-    # slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly afterwards
+    # slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly afterwards.
+    # Start order keeps the open slices' ends (stack 1); exit order the starts and ends of the slices
+    # no later one has enclosed yet (stacks 1 and 2), ``end`` the last end (exit order never lowers it).
     lanes: dict[tuple[int, int], list[Any]] = {}
     unsure: set[tuple[int, int]] = set()
     lane: list[Any] = []
@@ -94,6 +106,9 @@ def to_output(
             if ph not in known:
                 bad += 1
                 continue
+            if hold is not None and ph == "s" and e.name == scope_name and e.cat == scope_cat:
+                hold.append(e)  # as it came: time, ids and links are decided when it is written
+                continue
         try:
             ts: Any = e.ts
             y: Any = (ts + q) * scale + rr - rounder  # round((ts + q) * 1000 + r), see the docstring
@@ -101,7 +116,7 @@ def to_output(
                 e.ts = y / k  # (a dropped event's ts may change: it is not written)
             else:
                 y = _exact(ts, shift_ns, source_ns)
-                e.ts = y / 1000  # int / int: correctly rounded whatever the size
+                e.ts = y / 1000 if unit_ns == 1000 else y  # int / int: correctly rounded whatever the size
             d: Any = e.dur
             if d is not unset:
                 dn = d * scale + rounder - rounder
@@ -109,7 +124,9 @@ def to_output(
                     dn = round(d * scale)
                     if not 0 <= dn < MAX_TS_NS:
                         raise ValueError
-                e.dur = dn / k
+                    e.dur = dn / 1000 if unit_ns == 1000 else dn
+                else:
+                    e.dur = dn / k
             else:
                 dn = 0
         except (ValueError, TypeError, OverflowError):
@@ -139,7 +156,7 @@ def to_output(
                     m_pid, m_tid = mapper.resolve(pid, tid)
                     state = lanes.get((m_pid, m_tid))
                     if state is None:
-                        state = lanes[(m_pid, m_tid)] = [0, 0, 0, 0, [], []]
+                        state = lanes[(m_pid, m_tid)] = [first_mode, 0, 0, -exact, [], []]
                     found = by_tid[tid] = (pid, m_pid, m_tid, state)
                 prev_pid, prev_tid, prev_mpid, prev_mtid = last_pid, last_tid, mpid, mtid
                 prev_lane = lane
@@ -165,7 +182,24 @@ def to_output(
                     else:
                         lane[0] = 3
                         unsure.add((mpid, mtid))
-                elif mode == 2 or mode == 4:
+                elif mode == 2:  # exit order: this slice encloses the earlier ones that start in it
+                    if end < lane[3]:
+                        lane[0] = 3
+                        unsure.add((mpid, mtid))
+                    else:
+                        stk = lane[4]
+                        ends = lane[5]
+                        while stk and stk[-1] >= y:
+                            stk.pop()
+                            ends.pop()
+                        if ends and ends[-1] > y:
+                            lane[0] = 3
+                            unsure.add((mpid, mtid))
+                        else:
+                            stk.append(y)
+                            ends.append(end)
+                            lane[3] = end
+                elif mode == 4:
                     _nest_other(lane, y, dn, end, mode)
                     if lane[0] == 3:
                         unsure.add((mpid, mtid))
@@ -236,8 +270,11 @@ def to_output(
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
     result.dropped += bad
+    if in_order is not None:
+        for key, st in lanes.items():
+            in_order[key] = st[0] == 1 or st[0] == 4 or st[0] == 0
     if unsure:  # lanes not in start or exit order, or with an overlap: Perfetto's rule, exactly
-        overlapping = drop_victims(out, by_lane(out, unsure), us_to_exact_ns)
+        overlapping = drop_victims(out, by_lane(out, unsure), us_to_exact_ns if unit_ns == 1000 else int)
         if overlapping:
             ctx.count("overlapping_slices", overlapping)
     space.finish(chains, links, unpaired, linked, unlinked)

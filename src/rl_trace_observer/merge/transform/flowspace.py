@@ -9,6 +9,7 @@ async ids, v2 ``bind_id`` s, TokenSpeed's scope links.
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Any
 
 import msgspec
@@ -100,10 +101,13 @@ class FlowSpace:
                 ctx.count("unlinked_scope_flows", self.unlinked)
             ctx.count("flows", self.linked)
             ctx.count("scope_links", self.linked)
+        fanned = ctx.fanned
         for states in [*chains.values(), self.binds]:  # passes._close, inlined: one per flow
             for st in states.values():
                 if st[1] and st[3] > 1:
                     links += st[3] - 1
+                    if st[3] > 2 and fanned is not None and states is not self.binds:
+                        fanned.add(st[0])
                 else:
                     unpaired += st[3]
         ctx.count("flows", links)
@@ -113,12 +117,17 @@ class FlowSpace:
 
 
 def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ctx: PassContext) -> None:
-    """link_scopes' Proton side: a flow end on every scope slice with an ``args.scope_id``, appended."""
+    """link_scopes' Proton side: a flow end on every scope slice with an ``args.scope_id``, appended.
+
+    The ids come from ``ctx.scope_ids`` when it holds these very slices (decoded for the alignment)."""
     found = ctx.scopes if ctx.scopes is not None else set()
     prefix, mask, append, unset = scope_flow_id(ctx.scope_namespace, 0), SCOPE_ID_MASK, out.append, UNSET
     name, cat, end = SCOPE_FLOW_NAME, SCOPE_FLOW_CAT, "e"
     ends = 0
-    for e, sid in zip(scoped, scope_ids(scoped), strict=True):
+    known = ctx.scope_ids
+    same = known is not None and len(known[0]) == len(scoped) and all(map(is_, known[0], scoped))
+    ids = known[1] if same and known is not None else scope_ids(scoped)
+    for e, sid in zip(scoped, ids, strict=True):
         if sid is None:
             continue
         found.add(sid)

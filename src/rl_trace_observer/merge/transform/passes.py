@@ -142,6 +142,11 @@ class PassContext:
     # the scope ids its rank's Proton files recorded; None: this artifact links no scopes
     scopes: set[int] | None = None
     collect_scopes: bool = False
+    # a Proton file's scope slices and their scope ids, decoded once already (for its alignment)
+    scope_ids: tuple[list[Event], list[int | None]] | None = None
+    # when a set: the fused loop adds the ids of v1 flows with a start and more than one end (a protobuf
+    # writer gives each extra link an id of its own; see ..writers.pftrace_fused.fan_ends)
+    fanned: set[int] | None = None
     stats: dict[str, int] = field(default_factory=dict)
 
     def count(self, key: str, n: int = 1) -> None:
