@@ -28,28 +28,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rl_trace_observer.merge.writers._pbwire import read_varint, varint
+
 HERE = Path(__file__).resolve().parent
 _PACKET_KINDS = {11: "track_event", 12: "interned_data", 60: "track_descriptor", 33: "trace_config"}
-
-
-def _varint(data: bytes | memoryview, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-
-
-def _enc_varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def _fields(data: memoryview) -> list[tuple[int, int, bytes]]:
@@ -57,16 +39,16 @@ def _fields(data: memoryview) -> list[tuple[int, int, bytes]]:
     out, i, n = [], 0, len(data)
     while i < n:
         start = i
-        key, i = _varint(data, i)
+        key, i = read_varint(data, i)
         wt = key & 7
         if wt == 0:
-            _, i = _varint(data, i)
+            _, i = read_varint(data, i)
         elif wt == 1:
             i += 8
         elif wt == 5:
             i += 4
         elif wt == 2:
-            ln, i = _varint(data, i)
+            ln, i = read_varint(data, i)
             i += ln
         else:
             raise ValueError(f"wire type {wt} at {start}")
@@ -77,16 +59,16 @@ def _fields(data: memoryview) -> list[tuple[int, int, bytes]]:
 def _payload(field: bytes) -> memoryview:
     """The bytes of a length-delimited field's value."""
     mv = memoryview(field)
-    _, i = _varint(mv, 0)
-    _, i = _varint(mv, i)
+    _, i = read_varint(mv, 0)
+    _, i = read_varint(mv, i)
     return mv[i:]
 
 
 def packets(data: bytes) -> list[memoryview]:
     mv, i, out = memoryview(data), 0, []
     while i < len(mv):
-        key, i = _varint(mv, i)
-        ln, i = _varint(mv, i)
+        key, i = read_varint(mv, i)
+        ln, i = read_varint(mv, i)
         if key != 0x0A:
             raise ValueError("not a Trace of TracePackets")
         out.append(mv[i : i + ln])
@@ -102,7 +84,7 @@ def packet_mix(data: bytes) -> dict[str, list[int]]:
         kind = "+".join(k for k in kinds if k) or "other"
         row = mix.setdefault(kind, [0, 0])
         row[0] += 1
-        row[1] += len(p) + 1 + len(_enc_varint(len(p)))
+        row[1] += len(p) + 1 + len(varint(len(p)))
     return mix
 
 
@@ -115,10 +97,10 @@ def without(data: bytes, track_event_fields: set[int]) -> bytes:
         for num, _, enc in _fields(p):
             if num == 11:
                 body = b"".join(e for f, _, e in _fields(_payload(enc)) if f not in track_event_fields)
-                enc = b"\x5a" + _enc_varint(len(body)) + body
+                enc = b"\x5a" + varint(len(body)) + body
             parts.append(enc)
         pkt = b"".join(parts)
-        out += b"\x0a" + _enc_varint(len(pkt)) + pkt
+        out += b"\x0a" + varint(len(pkt)) + pkt
     return bytes(out)
 
 
