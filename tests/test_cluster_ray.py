@@ -17,9 +17,7 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import signal
-import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,9 +34,9 @@ from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
 
 from .corpus.cluster_run import OFFSET_NS, build_cluster_run
+from .ray_cluster import local_ray_cluster
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 NAMES = {"node_a": "a", "node_b": "b", "node_c": "c"}
@@ -64,29 +62,9 @@ class Harness:
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     base = tmp_path_factory.mktemp("cluster")
     run = build_cluster_run(base / "nodes")
-    saved = os.environ.get("RAY_TMPDIR")
-    ray_tmp = tempfile.mkdtemp(prefix="rtm", dir="/tmp")  # short: unix socket paths are limited
-    os.environ["RAY_TMPDIR"] = ray_tmp
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False},
-    )
-    try:
-        nodes = {"node_a": cluster.head_node}
-        for name in ("node_b", "node_c"):
-            nodes[name] = cluster.add_node(num_cpus=1, resources={name: 1}, include_dashboard=False)
-        ray.init(address=cluster.address, log_to_driver=False)
+    with local_ray_cluster(("node_a", "node_b", "node_c"), "rtm") as (cluster, nodes, _):
         dirs = {k: str(run["dirs"][v]) for k, v in NAMES.items()}
         yield Harness(cluster, nodes, dirs, run["truth"], base)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _sha(path: str | Path) -> str:

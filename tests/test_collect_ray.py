@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,9 +34,9 @@ from rl_trace_observer.integrations.ray.collect import CollectReport, collect, c
 from rl_trace_observer.integrations.ray.collect_dest import INDEX_NAME, REPORT_NAME
 
 from .conftest import ROOT, clean_env
+from .ray_cluster import local_ray_cluster
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.slow
 NAMES = ("node_a", "node_b", "node_c")
@@ -57,28 +56,8 @@ class Harness:
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[Harness]:
-    saved = os.environ.get("RAY_TMPDIR")
-    ray_tmp = tempfile.mkdtemp(prefix="rtc", dir="/tmp")  # short: unix socket paths are limited
-    os.environ["RAY_TMPDIR"] = ray_tmp
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False},
-    )
-    try:
-        nodes = {"node_a": cluster.head_node}
-        for name in NAMES[1:]:
-            nodes[name] = cluster.add_node(num_cpus=1, resources={name: 1}, include_dashboard=False)
-        ray.init(address=cluster.address, log_to_driver=False)
+    with local_ray_cluster(NAMES, "rtc") as (cluster, nodes, ray_tmp):
         yield Harness(cluster, nodes, ray_tmp)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _node_dirs(
