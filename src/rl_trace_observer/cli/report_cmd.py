@@ -56,7 +56,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {path}", err=True)
         if not summary["steps"]:
             typer.echo("warning: no RL-Insight stage spans or known stage names in this trace", err=True)
-        if Path(input).is_file():
+        if critical_path:  # the file that shows what the report just found
+            typer.echo(f"next: rl-trace view {critical_path}", err=True)
+        elif Path(input).is_file():
             typer.echo(f"next: rl-trace view {input}", err=True)
 
 
