@@ -25,26 +25,11 @@ from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
 
 from .conftest import merge_cli
+from .corpus.recorded import FixedClock
 
 S = 1_000_000_000
 MS = 1_000_000
 T = (time.time_ns() - 120 * S) // S * S  # recent, so the merge's base hints hold
-
-
-class FixedClock:
-    """Wall and monotonic readings a test sets; they move together, so no jump is seen unless asked."""
-
-    def __init__(self) -> None:
-        self.wall, self.mono = T, 10**12
-
-    def wall_ns(self) -> int:
-        return self.wall
-
-    def mono_ns(self) -> int:
-        return self.mono
-
-    def perf_ns(self) -> int:
-        return self.mono
 
 
 def process(
@@ -57,7 +42,7 @@ def process(
     snaps: list[tuple[str, int, int, int | None]] = (),  # type: ignore[assignment]
 ) -> Recorder:
     """One process: RL-Insight spans, clock offsets, Torch files {name: regions}, snapshots."""
-    clock = FixedClock()
+    clock = FixedClock(T)
     rec = Recorder(
         Config(output_dir=folder.resolve(), run_id="run-1", role="actor"), clock, host=host, pid=pid
     )

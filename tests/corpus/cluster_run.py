@@ -23,26 +23,13 @@ from typing import Any
 from rl_trace_observer.capture import Recorder
 from rl_trace_observer.config import Config
 
+from .recorded import FixedClock
 from .tokenspeed_files import write_rank
 
 S, MS = 1_000_000_000, 1_000_000
 OFFSET_NS = 25 * MS  # host h-b's clock minus the reference's
 RUN = "run-cluster"
 ACTOR_PID = 4242  # on h-a AND h-b
-
-
-class _Clock:
-    def __init__(self, wall: int) -> None:
-        self.wall, self.mono = wall, 10**12
-
-    def wall_ns(self) -> int:
-        return self.wall
-
-    def mono_ns(self) -> int:
-        return self.mono
-
-    def perf_ns(self) -> int:
-        return self.mono
 
 
 def _measurement(t0: int, wall: int, offset: int, unc: int) -> dict[str, Any]:
@@ -55,8 +42,8 @@ def _measurement(t0: int, wall: int, offset: int, unc: int) -> dict[str, Any]:
 
 def _recorder(
     folder: Path, host: str, pid: int, role: str, rank: int | None, t0: int
-) -> tuple[Recorder, _Clock]:
-    clock = _Clock(t0)
+) -> tuple[Recorder, FixedClock]:
+    clock = FixedClock(t0)
     rec = Recorder(Config(output_dir=folder.resolve(), run_id=RUN, role=role), clock, host=host, pid=pid)
     rec.update_identity(role=role, rank=rank, world_size=2 if rank is not None else None)
     return rec, clock

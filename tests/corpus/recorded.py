@@ -33,6 +33,22 @@ class SetClock:
         return time.perf_counter_ns() + self._shift()
 
 
+class FixedClock:
+    """Wall and monotonic readings a test sets; they move together, so no jump is seen unless asked."""
+
+    def __init__(self, wall: int) -> None:
+        self.wall, self.mono = wall, 10**12
+
+    def wall_ns(self) -> int:
+        return self.wall
+
+    def mono_ns(self) -> int:
+        return self.mono
+
+    def perf_ns(self) -> int:
+        return self.mono
+
+
 def record_process(
     folder: Path,
     *,
