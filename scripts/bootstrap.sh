@@ -21,13 +21,30 @@ fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 stamp=.venv/.rl-trace-bootstrap
-want=$(cat pyproject.toml constraints/*.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py constraints/*.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing rl-trace-observer[all] into .venv (first run takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -c constraints/torch-cpu.txt torch==2.13.0
   .venv/bin/python -m pip install -q -c constraints/torch-cpu.txt -e '.[all]'
   echo "$want" > "$stamp"
+  rm -f .venv/.rl-trace-native  # built by that install: stamped below without a second build
+  touch .venv/.rl-trace-native-fresh
+fi
+
+# The merger's compiled twins (setup.py: Cython, optional). pip builds them with the install above;
+# rebuild when a twin's source changed, since a twin older than its source is ignored (merge/native.py).
+native_stamp=.venv/.rl-trace-native
+native_want=$(cat setup.py src/rl_trace_observer/merge/transform/fastpath.py \
+  src/rl_trace_observer/merge/writers/pftrace_fused.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
+  | sha256sum | cut -d' ' -f1)
+if [ -e .venv/.rl-trace-native-fresh ]; then
+  rm .venv/.rl-trace-native-fresh
+  echo "$native_want" > "$native_stamp"
+elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
+  echo "bootstrap: building the merger's compiled twins (Cython)"
+  .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
+  echo "$native_want" > "$native_stamp"
 fi
 
 # The CPU stand-in `tokenspeed serve` (tests/tokenspeed_standin) runs TokenSpeed's real control code in

@@ -265,11 +265,13 @@ def test_overlapping_slices_are_dropped_as_perfetto_drops_them(
     assert a == b
     kept = [e for e in a if e.get("ph") == "X"]
     assert fast.manifest["counts"]["slices"] == len(kept)
-    # what is left nests: per thread, in Perfetto's order, no slice ends after the open one
+    # what is left nests: per thread, in Perfetto's order, no slice ends after the open one (in
+    # integer ns: µs floats do not add exactly, 1000000.008 + 0.011 > 1000000.019)
     for tid in {e["tid"] for e in kept}:
-        ends: list[float] = []
-        for e in sorted((e for e in kept if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
-            while ends and ends[-1] <= e["ts"]:
+        ends: list[int] = []
+        spans = sorted((round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in kept if e["tid"] == tid)
+        for ts, dur in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while ends and ends[-1] <= ts:
                 ends.pop()
-            assert not ends or e["ts"] + e["dur"] <= ends[-1] + 1e-9
-            ends.append(e["ts"] + e["dur"])
+            assert not ends or ts + dur <= ends[-1]
+            ends.append(ts + dur)

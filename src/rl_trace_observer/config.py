@@ -114,6 +114,13 @@ SETTINGS: tuple[Setting, ...] = (
         "After `/stop_profile`, give up waiting for a replica's profile files when none grew or "
         "appeared for this many seconds (registered files stay registered).",
     ),
+    Setting(
+        "RL_TRACE_NATIVE",
+        "1",
+        "Merger only. `0`: run the merge's pure-Python loops even where their compiled twins (built "
+        "by Cython at install, see Dependencies) are present, e.g. to compare the two. `1`: use the "
+        "twins when built and current (output is byte-identical either way).",
+    ),
 )
 
 TOKENSPEED_ACTIVITIES = ("CPU", "GPU", "MEM", "CUDA_PROFILER", "EXPERT_LOAD", "PROTON", "VIZTRACER")
@@ -141,6 +148,7 @@ class Config:
     tokenspeed_startup_timeout_s: float = 1800.0
     tokenspeed_profile_activities: tuple[str, ...] = ("VIZTRACER", "PROTON")
     tokenspeed_profile_stall_timeout_s: float = 300.0
+    native: bool = True
     problems: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -245,6 +253,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         tokenspeed_profile_stall_timeout_s=_number(
             env, "RL_TRACE_TOKENSPEED_PROFILE_STALL_TIMEOUT_S", 300.0, problems
         ),
+        native=_flag(env, "RL_TRACE_NATIVE", problems, default=True),
         problems=tuple(problems),
     )
 

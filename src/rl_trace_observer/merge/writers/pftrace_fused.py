@@ -17,12 +17,14 @@ relative to the writer's base (``base_ns`` 0 here): floats with integral values 
 
 from __future__ import annotations
 
+import sys
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
+from .. import native
 from ..model import Event
 from ..readers.chrome_json import decode_raw_args
 from ._pbwire import _CONT, SMALL_VARINTS, pack_fixed64, varint
@@ -39,6 +41,8 @@ _K_ANNOTATION, _DA_LEGACY_JSON = b"\x22", b"\x4a"
 _HOT = frozenset("Xstf")  # what a thread's loop writes itself; anything else takes the dict writer
 _OFF_THREAD = frozenset("Cben")  # counters and async slices: tracks of their own
 
+NATIVE_TWIN = "rl_trace_observer.merge.writers._pftrace_native"  # _write_thread in C, byte for byte
+FUSED_TWIN = "rl_trace_observer.merge.writers._pftrace_fused_native"  # this module, compiled as is
 Lanes = dict[tuple[Any, Any], list[list[Event]]]  # (pid, tid) -> [slices, other events]
 
 
@@ -59,9 +63,12 @@ class FusedWriter(PftraceWriter):
         """
         if self._closed:
             raise ValueError("pftrace: write_events() after close()")
-        lanes, off_thread = split_lanes(events)
+        twin = native.twin(NATIVE_TWIN)
+        fused = native.twin(FUSED_TWIN)  # this module compiled as is: its helper loops
+        lanes, off_thread = (fused or _this).split_lanes(events)
         fan = fan_ends(events, fanned)
         ordered = in_order or {}
+        compact = (fused or _this).compact_args
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
                 seq = slices + rest
@@ -77,8 +84,11 @@ class FusedWriter(PftraceWriter):
                 seq.sort(key=_TS)  # a merge of two runs: slices first at equal times
             else:
                 seq = slices
-            compact_args(slices)
-            self._write_thread(key, seq)
+            compact(slices)
+            if twin is not None:
+                twin.write_thread(self, key, seq, event_dict, decode_raw_args)
+            else:
+                self._write_thread(key, seq)
         if off_thread:
             off_thread.sort(key=_order)
             self._write_generic(off_thread, fan)
@@ -427,3 +437,6 @@ def _args_json(e: Event) -> Any:
     if b"\n" in raw:
         raw = msgspec.json.format(raw, indent=-1)
     return raw if raw[:1] == b"{" and raw != b"{}" else {}
+
+
+_this = sys.modules[__name__]

@@ -1,0 +1,176 @@
+"""The merger's compiled twins (Cython, ``setup.py``) write exactly what the Python path writes.
+
+``RL_TRACE_NATIVE=0`` runs the pure-Python loops; the default runs the twins where they are built.
+Both merge the same inputs to the same bytes in every output format: the generated run (Kineto,
+VizTracer, TokenSpeed VizTracer + Proton, RL-Insight), every set of real public traces, and random
+thread contents fed straight to the ``.pftrace`` encoder. In CI every twin must be built (a missing
+compiler or a Cython error would otherwise silently fall back to Python).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec import UNSET
+
+from rl_trace_observer.merge import native
+from rl_trace_observer.merge.model import Event
+from rl_trace_observer.merge.options import MergeOptions
+from rl_trace_observer.merge.pipeline import merge
+from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "real-traces"
+SETS = sorted(p.name for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
+FORMATS = ["json", "json.gz", "pftrace", "pftrace.gz"]
+
+
+@contextmanager
+def _native(on: bool) -> Iterator[None]:
+    old = os.environ.get("RL_TRACE_NATIVE")
+    os.environ["RL_TRACE_NATIVE"] = "1" if on else "0"
+    native.reset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("RL_TRACE_NATIVE", None)
+        else:
+            os.environ["RL_TRACE_NATIVE"] = old
+        native.reset()
+
+
+def _built() -> bool:
+    with _native(True):
+        return all(native.twin(name) is not None for name in native.TWINS)
+
+
+pytestmark = pytest.mark.skipif(
+    not _built() and not os.environ.get("CI"),
+    reason="compiled twins not built here (scripts/bootstrap.sh builds them; CI requires them)",
+)
+
+
+def test_every_twin_is_built_and_current() -> None:
+    with _native(True):
+        missing = [name for name in native.TWINS if native.twin(name) is None]
+    assert not missing, f"not built or older than their source: {missing} (run scripts/bootstrap.sh)"
+    with _native(False):
+        assert not any(native.active().values())
+
+
+def _digests(inputs: list[Path], out: Path, on: bool) -> dict[str, str]:
+    got = {}
+    with _native(on):
+        for fmt in FORMATS:
+            path = out / f"{'native' if on else 'python'}.{fmt}"
+            res = merge([str(p) for p in inputs], str(path), MergeOptions(workers=0))
+            assert res.usable, res.manifest["problems"]
+            got[fmt] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return got
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("gen") / "run"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gen_run.py"), str(run), "--events", "60000",
+         "--ranks", "2", "--tp", "2", "--jobs", "1"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return run
+
+
+def test_generated_run_merges_to_the_same_bytes(generated: Path, tmp_path: Path) -> None:
+    assert _digests([generated], tmp_path, True) == _digests([generated], tmp_path, False)
+
+
+@pytest.mark.skipif(not SETS, reason=f"no real traces at {REAL}")
+@pytest.mark.parametrize("name", SETS)
+def test_real_traces_merge_to_the_same_bytes(name: str, tmp_path: Path) -> None:
+    inputs = [REAL / name]
+    assert _digests(inputs, tmp_path, True) == _digests(inputs, tmp_path, False)
+
+
+# ---------------------------------------------------------------- the .pftrace thread encoder
+_ARGS = [
+    UNSET,
+    msgspec.Raw(b'{"a": 1,\n "b": "x"}'),
+    msgspec.Raw(b"{}"),
+    msgspec.Raw(b'{"u": "\\u00e9"}'),
+    msgspec.Raw(b"[1]"),
+    msgspec.Raw(b'{"grid": [1, 2, 3], "f": 1.5}'),
+]
+# where a thread's clock starts: varint sizes change at 2**14, 2**28 and 2**42 ns; floats lose
+# integers beyond 2**53 (the fast path hands over ints there)
+_BASES = [0, 2**14 - 3, 2**28 - 40, 2**42 - 40, 2**53 + 2, 2**63 - 10**6]
+_row = st.tuples(
+    st.sampled_from([1, 2]),  # tid
+    st.sampled_from([0, 1, 5, 100]),  # step from the previous start on that thread
+    st.sampled_from([0, 1, 50, 300, 10**6]),  # dur
+    st.sampled_from(["a", "b", "é", ""]),
+    st.sampled_from([UNSET, "k", ""]),
+    st.sampled_from(range(len(_ARGS))),
+    st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from("sf"), st.sampled_from([0, 1]), st.sampled_from([1, 2, 3, 2**62, -1])),
+    ),
+    st.booleans(),  # the flow end binds to the enclosing slice (bp=e) or the next one
+)
+
+
+def _events(rows: list[tuple[Any, ...]], base: int, as_int: bool) -> list[Event]:
+    clock = {1: base, 2: base}
+    out = []
+    for tid, step, dur, name, cat, args, flow, enclosing in rows:
+        t = clock[tid] = clock[tid] + step
+        ts: Any = t if as_int or t > 2**53 else float(t)
+        d: Any = dur if as_int or t > 2**53 else float(dur)
+        out.append(Event(ph="X", ts=ts, dur=d, pid=7, tid=tid, name=name, cat=cat, args=_ARGS[args]))
+        if flow is not None:
+            ph, lag, ident = flow
+            fts: Any = ts + lag
+            bp: Any = "e" if enclosing else UNSET
+            out.append(Event(ph=ph, ts=fts, pid=7, tid=tid, name="fl", cat="ac2g", id=ident, bp=bp))
+    return out
+
+
+def _encode(events: list[Event], on: bool, intern_limit: int) -> bytes:
+    buf = io.BytesIO()
+    with _native(on):
+        w = FusedWriter(buf, base_ns=0, sequence_id=3, intern_limit=intern_limit)
+        w.process(7, "p", 7)
+        w.thread(7, 1, "t1", 0)
+        w.thread(7, 2, "t2", 1)
+        half = len(events) // 2  # two batches: a thread's open slices carry over between them
+        w.write_events(events[:half], None, None)
+        w.write_events(events[half:], None, None)
+        w.close()
+    return buf.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(_row, max_size=60),
+    base=st.sampled_from(_BASES),
+    as_int=st.booleans(),
+    intern_limit=st.sampled_from([2, 200_000]),
+)
+def test_compiled_thread_encoder_writes_the_python_bytes(
+    rows: list[tuple[Any, ...]], base: int, as_int: bool, intern_limit: int
+) -> None:
+    copy = msgspec.structs.replace
+    python = _encode([copy(e) for e in _events(rows, base, as_int)], False, intern_limit)
+    assert _encode([copy(e) for e in _events(rows, base, as_int)], True, intern_limit) == python
