@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -116,13 +117,26 @@ _ARGS = [
 # where a thread's clock starts: varint sizes change at 2**14, 2**28 and 2**42 ns; floats lose
 # integers beyond 2**53 (the fast path hands over ints there)
 _BASES = [0, 2**14 - 3, 2**28 - 40, 2**42 - 40, 2**53 + 2, 2**63 - 10**6]
+_scalar = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False)
+_json = st.recursive(
+    _scalar | st.integers(-(2**70), 2**70) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+# source args as sources write them: pretty-printed or not, \u escapes or UTF-8, objects or not
+_raw_args = st.builds(
+    lambda v, indent, ascii: msgspec.Raw(json.dumps(v, indent=indent, ensure_ascii=ascii).encode()),
+    _json | st.dictionaries(st.text(max_size=3), _json, max_size=4),
+    st.sampled_from([None, 1]),
+    st.booleans(),
+)
 _row = st.tuples(
     st.sampled_from([1, 2]),  # tid
     st.sampled_from([0, 1, 5, 100]),  # step from the previous start on that thread
     st.sampled_from([0, 1, 50, 300, 10**6]),  # dur
     st.sampled_from(["a", "b", "é", ""]),
     st.sampled_from([UNSET, "k", ""]),
-    st.sampled_from(range(len(_ARGS))),
+    st.one_of(st.sampled_from(_ARGS), _raw_args),
     st.one_of(
         st.none(),
         st.tuples(st.sampled_from("sf"), st.sampled_from([0, 1]), st.sampled_from([1, 2, 3, 2**62, -1])),
@@ -138,7 +152,7 @@ def _events(rows: list[tuple[Any, ...]], base: int, as_int: bool) -> list[Event]
         t = clock[tid] = clock[tid] + step
         ts: Any = t if as_int or t > 2**53 else float(t)
         d: Any = dur if as_int or t > 2**53 else float(dur)
-        out.append(Event(ph="X", ts=ts, dur=d, pid=7, tid=tid, name=name, cat=cat, args=_ARGS[args]))
+        out.append(Event(ph="X", ts=ts, dur=d, pid=7, tid=tid, name=name, cat=cat, args=args))
         if flow is not None:
             ph, lag, ident = flow
             fts: Any = ts + lag

@@ -13,16 +13,32 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_SIZE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLongMask
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 
-from msgspec import UNSET
+
+
+cdef bint _has_u_escape(const char* p, Py_ssize_t n) noexcept:
+    """``b"\\u" in text``: a backslash followed by ``u`` (backslashes are rare: memchr finds them)."""
+    cdef const char* q
+    cdef const char* end = p + n
+    while p < end:
+        q = <const char*>memchr(p, 92, end - p)
+        if q == NULL or q + 1 >= end:
+            return False
+        if q[1] == 117:
+            return True
+        p = q + 1
+    return False
+
+from msgspec import UNSET, Raw
 
 from ._pbwire import varint
-from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING, OpenSlice
+from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING
 
 cdef object _UNSET = UNSET
-cdef object new_slice = OpenSlice.__new__
 cdef bytes _BEGIN = BEGIN
 cdef bytes _END = END
 cdef bytes _INSTANT = INSTANT
@@ -33,16 +49,6 @@ cdef bytes _DA_LEGACY_JSON = b"\x4a"
 cdef unsigned long long _GOLDEN = 0x9E3779B97F4A7C15ULL
 cdef unsigned long long _MASK63 = 0x7FFFFFFFFFFFFFFFULL
 cdef object _TWO63 = int("9223372036854775808")
-
-
-cdef inline void _put(bytearray buf, const char* p, Py_ssize_t n) except *:
-    cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf)
-    PyByteArray_Resize(buf, size + n)
-    memcpy(PyByteArray_AS_STRING(buf) + size, p, n)
-
-
-cdef inline void _put_bytes(bytearray buf, bytes b) except *:
-    _put(buf, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
 
 
 cdef inline int _uvarint(unsigned char* p, unsigned long long v) noexcept:
@@ -74,47 +80,57 @@ cdef int _ts_varint(object t, unsigned char* p) except -1:
     return <int>PyBytes_GET_SIZE(slow)
 
 
+cdef inline char* _grow(bytearray buf, Py_ssize_t n) except NULL:
+    """Room for ``n`` more bytes at the end of ``buf`` (bytearray over-allocates: amortised O(1))."""
+    cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf)
+    PyByteArray_Resize(buf, size + n)
+    return PyByteArray_AS_STRING(buf) + size
+
+
+cdef inline char* _copy(char* p, bytes b) noexcept:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    memcpy(p, PyBytes_AS_STRING(b), n)
+    return p + n
+
+
 cdef void _write_begin(bytearray buf, object start, bytes seq_needs, bytes begin_head, bytes body,
                        bytes flows) except *:
     """One BEGIN packet: timestamp, sequence fields, track event (type, track, body, flows)."""
-    cdef unsigned char head[40]
     cdef unsigned char tv[10]
+    cdef unsigned char nv[10]
+    cdef unsigned char pv[10]
     cdef int ntv = _ts_varint(start, tv)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(begin_head) + PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(flows)
-    cdef unsigned char nv[10]
     cdef int nnv = _uvarint(nv, <unsigned long long>n)
     cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(seq_needs) + 1 + nnv + n
-    cdef int k = 0
-    head[0] = 0x0A
-    k = 1 + _uvarint(head + 1, <unsigned long long>total)
-    head[k] = 0x40
-    k += 1
-    memcpy(head + k, tv, ntv)
-    k += ntv
-    _put(buf, <char*>head, k)
-    _put_bytes(buf, seq_needs)
-    k = 0
-    head[0] = 0x5A
-    memcpy(head + 1, nv, nnv)
-    _put(buf, <char*>head, 1 + nnv)
-    _put_bytes(buf, begin_head)
-    _put_bytes(buf, body)
-    _put_bytes(buf, flows)
+    cdef int npv = _uvarint(pv, <unsigned long long>total)
+    cdef char* p = _grow(buf, 1 + npv + total)
+    p[0] = 0x0A
+    memcpy(p + 1, pv, npv)
+    p += 1 + npv
+    p[0] = 0x40
+    memcpy(p + 1, tv, ntv)
+    p = _copy(p + 1 + ntv, seq_needs)
+    p[0] = 0x5A
+    memcpy(p + 1, nv, nnv)
+    p = _copy(p + 1 + nnv, begin_head)
+    p = _copy(p, body)
+    _copy(p, flows)
 
 
 cdef void _write_end(bytearray buf, object te, bytes end_tail) except *:
-    cdef unsigned char head[24]
     cdef unsigned char tv[10]
+    cdef unsigned char pv[10]
     cdef int ntv = _ts_varint(te, tv)
-    cdef int k
-    head[0] = 0x0A
-    k = 1 + _uvarint(head + 1, <unsigned long long>(1 + ntv + PyBytes_GET_SIZE(end_tail)))
-    head[k] = 0x40
-    k += 1
-    memcpy(head + k, tv, ntv)
-    k += ntv
-    _put(buf, <char*>head, k)
-    _put_bytes(buf, end_tail)
+    cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(end_tail)
+    cdef int npv = _uvarint(pv, <unsigned long long>total)
+    cdef char* p = _grow(buf, 1 + npv + total)
+    p[0] = 0x0A
+    memcpy(p + 1, pv, npv)
+    p += 1 + npv
+    p[0] = 0x40
+    memcpy(p + 1, tv, ntv)
+    _copy(p + 1 + ntv, end_tail)
 
 
 cdef inline bytes _pack(unsigned long long f):
@@ -132,6 +148,132 @@ cdef bytes _ld(bytes tag, bytes payload):
     return tag + (<char*>nv)[:n] + payload
 
 
+cdef bytes _slice_body(bytes nref, object cref, object aref, object a):
+    """name ref + category ref + the ``args`` annotation (legacy JSON ``a``), in one allocation:
+    ``ref + cat + _K_ANNOTATION + varint(len(ann)) + ann`` with ``ann = aref + _DA_LEGACY_JSON +
+    varint(len(a)) + a``."""
+    cdef Py_ssize_t nn = PyBytes_GET_SIZE(nref)
+    cdef Py_ssize_t nc = PyBytes_GET_SIZE(<bytes>cref) if cref is not None else 0
+    cdef Py_ssize_t na = 0, nr = 0, nann = 0
+    cdef unsigned char v1[10]
+    cdef unsigned char v2[10]
+    cdef int l1 = 0, l2 = 0
+    if a is not None:
+        na = PyBytes_GET_SIZE(<bytes>a)
+        nr = PyBytes_GET_SIZE(<bytes>aref)
+        l2 = _uvarint(v2, <unsigned long long>na)
+        nann = nr + 1 + l2 + na
+        l1 = _uvarint(v1, <unsigned long long>nann)
+    cdef Py_ssize_t total = nn + nc + ((1 + l1 + nann) if a is not None else 0)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* p = PyBytes_AS_STRING(out)
+    memcpy(p, PyBytes_AS_STRING(nref), nn)
+    p += nn
+    if nc:
+        memcpy(p, PyBytes_AS_STRING(<bytes>cref), nc)
+        p += nc
+    if a is not None:
+        p[0] = 0x22
+        p += 1
+        memcpy(p, v1, l1)
+        p += l1
+        memcpy(p, PyBytes_AS_STRING(<bytes>aref), nr)
+        p += nr
+        p[0] = 0x4A
+        p += 1
+        memcpy(p, v2, l2)
+        p += l2
+        memcpy(p, PyBytes_AS_STRING(<bytes>a), na)
+    return out
+
+
+cdef bytes _compact(const char* p, Py_ssize_t n):
+    """JSON text without whitespace outside strings: what ``msgspec.json.format(indent=-1)`` makes of
+    valid JSON (tests/test_native_twins.py holds the two equal)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
+    cdef char* q = PyBytes_AS_STRING(out)
+    cdef Py_ssize_t i = 0, k = 0
+    cdef char c
+    cdef bint in_string = False
+    while i < n:
+        c = p[i]
+        if in_string:
+            q[k] = c
+            k += 1
+            if c == 92 and i + 1 < n:  # a backslash: the next byte is escaped
+                q[k] = p[i + 1]
+                k += 1
+                i += 2
+                continue
+            if c == 34:
+                in_string = False
+        elif c == 34:
+            in_string = True
+            q[k] = c
+            k += 1
+        elif c != 32 and c != 9 and c != 10 and c != 13:
+            q[k] = c
+            k += 1
+        i += 1
+    return out[:k] if k != n else out
+
+
+def compact_args(list slices):
+    """:func:`.pftrace_fused.compact_args`, byte for byte: when any of the batch's args holds a line
+    break, all are compacted; non-empty objects become ``bytes`` (``Raw`` where ``\\u`` escapes
+    need the writer's care), anything else no args."""
+    cdef object unset = _UNSET
+    cdef list with_args = [e for e in slices if e.args is not unset and type(e.args) is not bytes]
+    if not with_args:
+        return
+    cdef Py_buffer view
+    cdef bint newline = False
+    cdef bint escapes = False
+    cdef object e, text
+    for e in with_args:
+        PyObject_GetBuffer(e.args, &view, PyBUF_SIMPLE)
+        try:
+            if not newline and (memchr(view.buf, 10, view.len) != NULL or memchr(view.buf, 13, view.len) != NULL):
+                newline = True
+            if not escapes and _has_u_escape(<const char*>view.buf, view.len):
+                escapes = True
+        finally:
+            PyBuffer_Release(&view)
+    cdef const char* p
+    for e in with_args:
+        PyObject_GetBuffer(e.args, &view, PyBUF_SIMPLE)
+        try:
+            p = <const char*>view.buf
+            if newline:
+                text = _compact(p, view.len)
+            else:
+                text = PyBytes_FromStringAndSize(p, view.len)
+        finally:
+            PyBuffer_Release(&view)
+        if PyBytes_GET_SIZE(text) and PyBytes_AS_STRING(text)[0] == 123 and text != b"{}":
+            if escapes and _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)):
+                e.args = Raw(text)
+            else:
+                e.args = text
+        else:
+            e.args = unset
+
+
+cdef class Slice:
+    """:class:`._pftrace_sink.OpenSlice` as a C struct: the same attributes, read and written by the
+    writer's Python methods by name and by :func:`write_thread` directly. A writer whose threads are
+    written here makes all its stack entries of this type (``FusedWriter._slice_type``)."""
+
+    cdef public object track, start_ns, end_ns, body, flows, end_flows
+    cdef public bint is_b
+
+    def __init__(self, track, start_ns, end_ns, body, is_b):
+        self.track, self.start_ns, self.end_ns, self.is_b = track, start_ns, end_ns, is_b
+        self.body = body
+        self.flows = b""
+        self.end_flows = b""
+
+
 def write_thread(w, key, list seq, event_dict, decode_raw_args):
     """:meth:`.pftrace_fused.FusedWriter._write_thread` for writer ``w`` (see there for what and why)."""
     pid, tid = key
@@ -143,6 +285,7 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
     cdef dict cats = w._cats
     cdef dict arg_names = w._arg_names
     cdef list new_interned = w._new_interned
+    cdef list waiting = th.waiting
     cdef bytes seq_needs = w._seq_needs
     cdef dict salts = w._flow_salts
     cdef bytearray buf = w._buf
@@ -152,8 +295,10 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
     cdef Py_ssize_t slices = 0
     cdef unsigned long long fid_u, ident_u
     cdef object unset = _UNSET
-    cdef object e, ph, ts, d, end, top, te, body, name, cat, ref, a, aref, ann, entry, ident, salt
-    cdef object fid, enc, last, args
+    cdef Slice top, entry, last
+    cdef str ph
+    cdef object e, ts, d, end, te, body, name, cat, ref, a, aref, ident, salt
+    cdef object fid, enc, args, cref
     cdef bint is_f
     stats.events += len(seq)
     for e in seq:
@@ -166,10 +311,10 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                 top = stack[-1]
                 if ts < top.start_ns or (
                     ts == top.start_ns <= top.end_ns < end and top.body is not None and not top.is_b
-                ):
+                ):  # not in the merge's order: the dict writer knows what to do
                     w._begin(event_dict(e), ts, end, False)
                     continue
-                while stack:
+                while stack:  # _settle: end what is over (a zero-length slice holds its ns)
                     top = stack[-1]
                     te = top.end_ns
                     if not (te < ts or top.start_ns < te == ts):
@@ -195,44 +340,50 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                             top.body = None
                             _write_begin(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
                     if end > top.end_ns and not top.is_b:
-                        stats.drop("overlapping_slice")
+                        stats.drop("overlapping_slice")  # the JSON importer drops these too
                         continue
             name = e.name
             if name is unset:
                 name = ""
             ref = names.get(name) or w._intern_name(name)
             cat = e.cat
+            cref = None
             if cat is not unset and cat:
-                ref = ref + (cats.get(cat) or w._intern_cat(cat))
+                cref = cats.get(cat) or w._intern_cat(cat)
             a = e.args
-            if a is not unset:
-                if type(a) is bytes:  # compacted by compact_args: a non-empty object
-                    aref = arg_names.get("args") or w._intern(arg_names, "args", 3, 1)
-                    ann = _ld(aref + _DA_LEGACY_JSON, a)
-                    ref = ref + _ld(_K_ANNOTATION, ann)
-                else:
-                    args = decode_raw_args(e)
+            if a is not unset and type(a) is bytes:  # compacted by compact_args: a non-empty object
+                aref = arg_names.get("args") or w._intern(arg_names, "args", 3, 1)
+                ref = _slice_body(ref, cref, aref, a)
+            else:
+                ref = _slice_body(ref, cref, None, None) if cref is not None else ref
+                if a is not unset:
+                    args = decode_raw_args(e)  # \u escapes: lone surrogates need the writer's care
                     if args:
                         ref = ref + w._annotations(args)
-            entry = new_slice(OpenSlice)  # OpenSlice(track, ts, end, ref, False) without its __init__ frame
+            entry = Slice.__new__(Slice)
             entry.track = track
             entry.start_ns = ts
             entry.end_ns = end
             entry.is_b = False
             entry.body = ref
-            entry.flows = b""
             entry.end_flows = b""
-            if th.waiting:
-                entry.flows = b"".join([_K_TERM + _pack(PyLong_AsUnsignedLongLongMask(f)) for f in th.waiting])
-                th.waiting.clear()
+            if waiting:
+                entry.flows = b"".join([_K_TERM + _pack(PyLong_AsUnsignedLongLongMask(f)) for f in waiting])
+                waiting.clear()
+            else:
+                entry.flows = b""
             if e.bind_id is not unset:
                 entry.flows += w._v2_flows(event_dict(e))
             stack.append(entry)
             continue
-        # a v1 flow event
+        # a v1 flow event: _flow_v1 (no fan-out here: such threads take the dict writer)
         ident = e.id
-        cat = e.cat if e.cat is not unset else ""
-        name = e.name if e.name is not unset else ""
+        cat = e.cat
+        if cat is unset:
+            cat = ""
+        name = e.name
+        if name is unset:
+            name = ""
         salt = salts.get((cat, name))
         if salt is None or type(ident) is not int or not 0 <= ident < _TWO63:
             fid = w._flow_id(cat or "", name or "", None if ident is unset else ident)
@@ -243,16 +394,20 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
         stats.flow_endpoints += 1
         is_f = ph == "f"
         if is_f and e.bp != "e":
-            th.waiting.append(fid)
+            waiting.append(fid)  # binds to the next slice that begins on this thread
             continue
         enc = (_K_TERM if is_f else _K_FLOW) + _pack(PyLong_AsUnsignedLongLongMask(fid))
-        last = stack[-1] if stack else None
-        if last is not None and last.start_ns <= ts:
-            if is_f and (last.body is None or last.start_ns < ts):
-                last.end_flows += enc
-                continue
-            if last.body is not None:
-                last.flows += enc
+        if stack:
+            last = stack[-1]
+            if last.start_ns <= ts:
+                if is_f and (last.body is None or last.start_ns < ts):
+                    last.end_flows += enc
+                    continue
+                if last.body is not None:
+                    last.flows += enc
+                    continue
+            elif is_f:
+                stats.drop("flow_no_enclosing_slice")
                 continue
         elif is_f:
             stats.drop("flow_no_enclosing_slice")

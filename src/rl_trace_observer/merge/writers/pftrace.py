@@ -68,6 +68,8 @@ class PftraceWriter(PacketSink):
     ``sequence_id`` s (e.g. one per worker process, sharded by process) can be concatenated byte for byte.
     """
 
+    _slice_type: Any = OpenSlice  # what a thread's stack holds (the compiled encoder brings its own)
+
     def __enter__(self) -> PftraceWriter:
         return self
 
@@ -162,7 +164,7 @@ class PftraceWriter(PacketSink):
             if at and end_ns > stack[at - 1].end_ns and not (is_b or stack[at - 1].is_b):
                 self.stats.drop("overlapping_slice")  # the JSON importer drops these too
                 return
-        entry = OpenSlice(th.track, ts, end_ns, self._common(ev), is_b)
+        entry = self._slice_type(th.track, ts, end_ns, self._common(ev), is_b)
         if th.waiting:
             entry.flows = b"".join(K_TERMINATING + pack_fixed64(f) for f in th.waiting)
             th.waiting.clear()

@@ -49,6 +49,12 @@ Lanes = dict[tuple[Any, Any], list[list[Event]]]  # (pid, tid) -> [slices, other
 class FusedWriter(PftraceWriter):
     """:class:`.pftrace.PftraceWriter` plus :meth:`write_events` for the merge's structs."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._twin = native.twin(NATIVE_TWIN)  # the compiled _write_thread, or None
+        if self._twin is not None:
+            self._slice_type = self._twin.Slice
+
     def write_events(
         self,
         events: list[Event],
@@ -63,12 +69,12 @@ class FusedWriter(PftraceWriter):
         """
         if self._closed:
             raise ValueError("pftrace: write_events() after close()")
-        twin = native.twin(NATIVE_TWIN)
+        twin = self._twin
         fused = native.twin(FUSED_TWIN)  # this module compiled as is: its helper loops
         lanes, off_thread = (fused or _this).split_lanes(events)
         fan = fan_ends(events, fanned)
         ordered = in_order or {}
-        compact = (fused or _this).compact_args
+        compact = twin.compact_args if twin is not None else (fused or _this).compact_args
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
                 seq = slices + rest
