@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 
 MERGE_CHILD = """
 import json, resource, sys, time
+from rl_trace_observer.merge import native
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter(); c0 = time.process_time()
@@ -49,7 +50,7 @@ print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest[
                   "size": res.manifest["output"]["size"], "parent_rss_kb": self_kb,
                   "worker_rss_kb": kids.ru_maxrss,
                   "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
-                  "problems": len(res.manifest["problems"]),
+                  "problems": len(res.manifest["problems"]), "native": native.active(),
                   "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0),
                              a.get("pairing")]
                             for a in res.manifest["timeline"]["clock"].get("artifacts", [])]}))
@@ -121,12 +122,16 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def _child(code: str, *args: str) -> dict[str, Any]:
+def _child(code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run a benchmark child; add its process tree's peak RSS and how busy the machine was meanwhile."""
     load0 = os.getloadavg()[0]
     idle0, total0 = _cpu_idle()
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     peak = 0
     while proc.poll() is None:
@@ -179,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--baseline-events", type=lambda s: int(s.replace("_", "")), default=1_000_000)
     ap.add_argument("--keep", action="store_true", help="keep the generated run and outputs")
+    ap.add_argument(
+        "--python",
+        action="store_true",
+        help="also merge each format with RL_TRACE_NATIVE=0 (the pure-Python loops), rows marked 'py'",
+    )
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="merge-bench-"))
     try:
@@ -196,33 +206,35 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {os.getloadavg()[0]:.1f}"
         )
         rows = []
+        modes = [("", "1"), (" py", "0")] if args.python else [("", "1")]
         for fmt in args.formats.split(","):
-            out = tmp / f"merged.{fmt}"
-            r = _child(MERGE_CHILD, str(run), str(out), str(args.workers))
-            ev = r["counts"]["events_read"]
-            rows.append((fmt, r, ev))
-            out.unlink(missing_ok=True)
+            for mark, flag in modes:
+                out = tmp / f"merged.{fmt}"
+                r = _child(MERGE_CHILD, str(run), str(out), str(args.workers), env={"RL_TRACE_NATIVE": flag})
+                ev = r["counts"]["events_read"]
+                rows.append((fmt + mark, r, ev))
+                out.unlink(missing_ok=True)
         ev_total = rows[0][2]
         files = _baseline_files(run, args.baseline_events, rows[0][1]["counts"])
         base = _child(BASELINE_CHILD, json.dumps(files), str(tmp / "baseline.json"))
         base_rate = base["events"] / base["wall_s"]
         print()
         print(
-            f"{'output':10s} {'events':>11s} {'wall s':>7s} {'M ev/s':>7s} {'MB/s in':>7s} {'cpu s':>6s} "
+            f"{'output':13s} {'events':>11s} {'wall s':>7s} {'M ev/s':>7s} {'MB/s in':>7s} {'cpu s':>6s} "
             f"{'M ev/cpu-s':>10s} {'RSS total':>9s} {'parent':>7s} {'worker':>7s} {'out MB':>7s} "
             f"{'x base':>6s}  {'load before/after':>17s} {'idle':>5s}"
         )
         for fmt, r, ev in rows:
             rate = ev / r["wall_s"]
             print(
-                f"{fmt:10s} {ev:11,d} {r['wall_s']:7.2f} {rate / 1e6:7.3f} {disk / r['wall_s'] / 1e6:7.1f} "
+                f"{fmt:13s} {ev:11,d} {r['wall_s']:7.2f} {rate / 1e6:7.3f} {disk / r['wall_s'] / 1e6:7.1f} "
                 f"{r['cpu_s']:6.1f} {ev / r['cpu_s'] / 1e6:10.3f} {r['tree_rss'] / 2**20:7.0f}MB "
                 f"{r['parent_rss_kb'] / 1024:5.0f}MB {r['worker_rss_kb'] / 1024:5.0f}MB "
                 f"{(r['size'] or 0) / 1e6:7.1f} {rate / base_rate:6.1f}  "
                 f"{r['load'][0]:8.1f}/{r['load'][1]:<8.1f} {r['idle'] * 100:4.0f}%"
             )
         print(
-            f"{'baseline':10s} {base['events']:11,d} {base['wall_s']:7.2f} {base_rate / 1e6:7.3f} {'':>7s} "
+            f"{'baseline':13s} {base['events']:11,d} {base['wall_s']:7.2f} {base_rate / 1e6:7.3f} {'':>7s} "
             f"{'':>6s} {'':>10s} {base['tree_rss'] / 2**20:7.0f}MB {'':>7s} {'':>7s} {'':>7s} {1.0:6.1f}  "
             f"{base['load'][0]:8.1f}/{base['load'][1]:<8.1f} {base['idle'] * 100:4.0f}%"
         )
@@ -243,6 +255,24 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {what}: {before:,}/{pairs:,} ({before / pairs:.1%}) without per-artifact "
                     f"alignment, {after:,}/{pairs:,} ({after / pairs:.1%}) with it ({len(links)} files)"
+                )
+        twins = rows[0][1].get("native") or {}
+        built = ", ".join(k for k, v in twins.items() if v) or "none built"
+        print(f"  compiled twins (rows without 'py'): {built}")
+        by_fmt = {fmt: r for fmt, r, _ in rows}
+        for mark in [m for m, _ in modes]:
+            a, b = by_fmt.get("pftrace.gz" + mark), by_fmt.get("json.gz" + mark)
+            if a and b:
+                print(
+                    f"  .pftrace.gz / .json.gz{mark}: {a['wall_s'] / b['wall_s']:.2f}x wall, "
+                    f"{a['cpu_s'] / b['cpu_s']:.2f}x CPU"
+                )
+        for fmt in [f for f in by_fmt if not f.endswith(" py")]:
+            if fmt + " py" in by_fmt:
+                py, nat = by_fmt[fmt + " py"], by_fmt[fmt]
+                print(
+                    f"  {fmt}: twins vs Python {py['cpu_s'] / nat['cpu_s']:.2f}x less CPU, "
+                    f"{py['wall_s'] / nat['wall_s']:.2f}x less wall"
                 )
         sizes = {fmt: r["size"] for fmt, r, _ in rows}
         for fmt in ("pftrace", "pftrace.gz", "json"):
