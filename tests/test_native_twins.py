@@ -188,3 +188,42 @@ def test_compiled_thread_encoder_writes_the_python_bytes(
     copy = msgspec.structs.replace
     python = _encode([copy(e) for e in _events(rows, base, as_int)], False, intern_limit)
     assert _encode([copy(e) for e in _events(rows, base, as_int)], True, intern_limit) == python
+
+
+_counter = st.tuples(
+    st.integers(0, 2**40),  # ts
+    st.sampled_from(["mem", "", "é"]),
+    st.sampled_from([UNSET, 0, "x"]),  # id
+    st.one_of(
+        st.sampled_from([UNSET, msgspec.Raw(b'{"v": 1.5, "w": 2}'), msgspec.Raw(b'{"\\ud800": 1}')]),
+        st.builds(
+            lambda d: msgspec.Raw(json.dumps(d).encode()),
+            st.dictionaries(st.sampled_from(["a", "b"]), _scalar | st.integers(-(2**70), 2**70)),
+        ),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(_counter, max_size=30), intern_limit=st.sampled_from([1, 200_000]))
+def test_compiled_counter_encoder_writes_the_python_bytes(
+    rows: list[tuple[Any, ...]], intern_limit: int
+) -> None:
+    def events() -> list[Event]:
+        return [
+            Event(ph="C", ts=float(ts), pid=7, tid=1, name=name, id=cid, args=args)
+            for ts, name, cid, args in rows
+        ]
+
+    def encode(on: bool) -> bytes:
+        buf = io.BytesIO()
+        with _native(on):
+            w = FusedWriter(buf, base_ns=0, sequence_id=3, intern_limit=intern_limit)
+            w.process(7, "p", 7)
+            w.write_events(events(), None, None)
+            w.write_events([Event(ph="X", ts=5.0, dur=1.0, pid=7, tid=1, name="n")], None, None)
+            w.write_events(events(), None, None)
+            w.close()
+        return buf.getvalue()
+
+    assert encode(True) == encode(False)

@@ -35,13 +35,15 @@ cdef bint _has_u_escape(const char* p, Py_ssize_t n) noexcept:
 
 from msgspec import UNSET, Raw
 
-from ._pbwire import varint
-from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING
+from ._pbwire import pack_double, varint
+from ._pftrace_sink import BEGIN, COUNTER, END, INSTANT, K_DOUBLE_VALUE, K_FLOW, K_TERMINATING
 
 cdef object _UNSET = UNSET
 cdef bytes _BEGIN = BEGIN
 cdef bytes _END = END
 cdef bytes _INSTANT = INSTANT
+cdef bytes _COUNTER = COUNTER
+cdef bytes _K_DOUBLE = K_DOUBLE_VALUE
 cdef bytes _K_FLOW = K_FLOW
 cdef bytes _K_TERM = K_TERMINATING
 cdef bytes _K_ANNOTATION = b"\x22"
@@ -116,6 +118,29 @@ cdef void _write_begin(bytearray buf, object start, bytes seq_needs, bytes begin
     p = _copy(p + 1 + nnv, begin_head)
     p = _copy(p, body)
     _copy(p, flows)
+
+
+cdef void _write_event(bytearray buf, object ts, bytes seq_needs, bytes body, bytes more) except *:
+    """``PacketSink._event(ts, body + more)`` when nothing is newly interned (base 0, ts >= 0)."""
+    cdef unsigned char tv[10]
+    cdef unsigned char nv[10]
+    cdef unsigned char pv[10]
+    cdef int ntv = _ts_varint(ts, tv)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(more)
+    cdef int nnv = _uvarint(nv, <unsigned long long>n)
+    cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(seq_needs) + 1 + nnv + n
+    cdef int npv = _uvarint(pv, <unsigned long long>total)
+    cdef char* p = _grow(buf, 1 + npv + total)
+    p[0] = 0x0A
+    memcpy(p + 1, pv, npv)
+    p += 1 + npv
+    p[0] = 0x40
+    memcpy(p + 1, tv, ntv)
+    p = _copy(p + 1 + ntv, seq_needs)
+    p[0] = 0x5A
+    memcpy(p + 1, nv, nnv)
+    p = _copy(p + 1 + nnv, body)
+    _copy(p, more)
 
 
 cdef void _write_end(bytearray buf, object te, bytes end_tail) except *:
@@ -322,14 +347,17 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                     stack.pop()
                     slices += 1
                     body = top.body
-                    if PyList_GET_SIZE(new_interned) or not w._cleared or top.end_flows:
+                    if PyList_GET_SIZE(new_interned) or not w._cleared or (top.end_flows and te < 0):
                         if body is not None:
                             w._write_begin(top)
                         w._event(te, _END + track + top.end_flows)
                         continue
                     if body is not None:  # a leaf: its BEGIN, held back until now, then its END
                         _write_begin(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
-                    _write_end(buf, te, end_tail)
+                    if top.end_flows:  # flows that met a BEGIN already written: on the END
+                        _write_event(buf, te, seq_needs, end_body, top.end_flows)
+                    else:
+                        _write_end(buf, te, end_tail)
                 if stack:
                     top = stack[-1]
                     body = top.body
@@ -416,3 +444,44 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
         w._event(ts, _INSTANT + track + w._common(event_dict(e)) + enc)
         stats.flow_instants += 1
     stats.slices += slices
+
+
+def write_counters(w, list events, decode_raw_args):
+    """``FusedWriter._write_generic`` for a batch of counter (``C``) events only, without a dict per
+    event: :meth:`.pftrace.PftraceWriter.write` and ``_counter``, one packet per numeric arg."""
+    stats = w.stats
+    cdef dict tracks = w._tracks
+    cdef list new_interned = w._new_interned
+    cdef bytes seq_needs = w._seq_needs
+    cdef bytearray buf = w._buf
+    cdef object unset = _UNSET
+    cdef object e, pid, name, cid, prefix, args, key, value, ts_ns, track, body, k
+    for e in events:
+        if w._closed:
+            raise ValueError("pftrace: write() after close()")
+        stats.events += 1
+        if w._interned >= w._intern_limit:
+            w._reset_interning()
+        ts_ns = int(e.ts)
+        pid = e.pid
+        name = e.name
+        name = "" if name is unset else str(name)
+        cid = None if e.id is unset else e.id
+        prefix = name if cid is None else f"{name} id: {cid}"
+        args = decode_raw_args(e) if e.args is not unset else None
+        if not args:
+            continue
+        for key, value in args.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                stats.drop("counter_not_a_number")
+                continue
+            k = ("counter", pid, prefix, key)
+            track = tracks.get(k)
+            if track is None:
+                track = w._child_track(k, pid, f"{prefix} {key}", True)
+            body = _COUNTER + track + _K_DOUBLE + pack_double(float(value))
+            if PyList_GET_SIZE(new_interned) or not w._cleared or ts_ns < 0:
+                w._event(ts_ns, body)
+            else:
+                _write_event(buf, ts_ns, seq_needs, body, b"")
+            stats.counters += 1

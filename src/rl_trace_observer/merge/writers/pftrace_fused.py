@@ -97,7 +97,10 @@ class FusedWriter(PftraceWriter):
                 self._write_thread(key, seq)
         if off_thread:
             off_thread.sort(key=_order)
-            self._write_generic(off_thread, fan)
+            if twin is not None and not fan and all(e.ph == "C" for e in off_thread):
+                twin.write_counters(self, off_thread, decode_raw_args)
+            else:
+                self._write_generic(off_thread, fan)
         if len(self._buf) >= self._buffer_bytes:
             self.flush()
 
