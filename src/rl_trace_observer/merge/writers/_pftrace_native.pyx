@@ -243,40 +243,32 @@ cdef bytes _compact(const char* p, Py_ssize_t n):
     return out[:k] if k != n else out
 
 
-def compact_args(list slices):
-    """:func:`.pftrace_fused.compact_args`, byte for byte: when any of the batch's args holds a line
-    break, all are compacted; non-empty objects become ``bytes`` (``Raw`` where ``\\u`` escapes
-    need the writer's care), anything else no args."""
+def compact_args(list slices, py_compact):
+    """:func:`.pftrace_fused.compact_args`, byte for byte: a text with a line break is compacted
+    (``py_compact``, msgspec's, where a ``\\u`` escape may be a lone surrogate it cannot read); a
+    non-empty object becomes ``bytes`` (``Raw`` when it holds ``\\u`` escapes: the writer's care),
+    anything else no args."""
     cdef object unset = _UNSET
-    cdef list with_args = [e for e in slices if e.args is not unset and type(e.args) is not bytes]
-    if not with_args:
-        return
     cdef Py_buffer view
-    cdef bint newline = False
-    cdef bint escapes = False
-    cdef object e, text
-    for e in with_args:
-        PyObject_GetBuffer(e.args, &view, PyBUF_SIMPLE)
-        try:
-            if not newline and (memchr(view.buf, 10, view.len) != NULL or memchr(view.buf, 13, view.len) != NULL):
-                newline = True
-            if not escapes and _has_u_escape(<const char*>view.buf, view.len):
-                escapes = True
-        finally:
-            PyBuffer_Release(&view)
+    cdef object e, a, text
     cdef const char* p
-    for e in with_args:
-        PyObject_GetBuffer(e.args, &view, PyBUF_SIMPLE)
+    for e in slices:
+        a = e.args
+        if a is unset or type(a) is bytes:
+            continue
+        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
         try:
             p = <const char*>view.buf
-            if newline:
-                text = _compact(p, view.len)
-            else:
+            if memchr(p, 10, view.len) == NULL:
                 text = PyBytes_FromStringAndSize(p, view.len)
+            elif _has_u_escape(p, view.len):
+                text = py_compact(PyBytes_FromStringAndSize(p, view.len))
+            else:
+                text = _compact(p, view.len)
         finally:
             PyBuffer_Release(&view)
         if PyBytes_GET_SIZE(text) and PyBytes_AS_STRING(text)[0] == 123 and text != b"{}":
-            if escapes and _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)):
+            if _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)):
                 e.args = Raw(text)
             else:
                 e.args = text

@@ -18,6 +18,7 @@ relative to the writer's base (``base_ns`` 0 here): floats with integral values 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -74,7 +75,11 @@ class FusedWriter(PftraceWriter):
         lanes, off_thread = (fused or _this).split_lanes(events)
         fan = fan_ends(events, fanned)
         ordered = in_order or {}
-        compact = twin.compact_args if twin is not None else (fused or _this).compact_args
+        compact = (
+            partial(twin.compact_args, py_compact=_compact)
+            if twin is not None
+            else (fused or _this).compact_args
+        )
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
                 seq = slices + rest
