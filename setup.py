@@ -15,7 +15,6 @@ from setuptools import Extension, setup
 PKG = "src/rl_trace_observer/merge"
 TWINS = {
     "rl_trace_observer.merge.transform._fastpath_native": f"{PKG}/transform/fastpath.py",
-    "rl_trace_observer.merge.writers._pftrace_fused_native": f"{PKG}/writers/pftrace_fused.py",
     "rl_trace_observer.merge.writers._pftrace_native": f"{PKG}/writers/_pftrace_native.pyx",
 }
 

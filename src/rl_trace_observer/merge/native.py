@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 # twin module -> the source it is built from, relative to this package
 TWINS = {
     "rl_trace_observer.merge.transform._fastpath_native": "transform/fastpath.py",
-    "rl_trace_observer.merge.writers._pftrace_fused_native": "writers/pftrace_fused.py",
     "rl_trace_observer.merge.writers._pftrace_native": "writers/_pftrace_native.pyx",
 }
 

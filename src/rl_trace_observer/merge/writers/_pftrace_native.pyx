@@ -243,6 +243,48 @@ cdef bytes _compact(const char* p, Py_ssize_t n):
     return out[:k] if k != n else out
 
 
+def split_lanes(list events):
+    """:func:`.pftrace_fused.split_lanes` with the phase tests on one character."""
+    cdef dict lanes = {}
+    cdef list off = []
+    cdef list slices = None
+    cdef list rest = None
+    cdef list lane
+    cdef object unset = _UNSET
+    cdef object last_pid = unset
+    cdef object last_tid = unset
+    cdef object e, pid, tid, sc
+    cdef str ph
+    cdef Py_UCS4 c
+    for e in events:
+        ph = e.ph
+        c = ph[0] if len(ph) == 1 else 0
+        if c == u"C" or c == u"b" or c == u"e" or c == u"n":
+            off.append(e)
+            continue
+        if c == u"i" or c == u"I":
+            sc = e.s
+            if sc == "g" or sc == "p":
+                off.append(e)
+                continue
+        pid = e.pid
+        tid = e.tid
+        if tid != last_tid or pid != last_pid:
+            lane = lanes.get((pid, tid))
+            if lane is None:
+                lane = lanes[(pid, tid)] = [[], []]
+            slices = lane[0]
+            rest = lane[1]
+            last_pid, last_tid = pid, tid
+        if c == u"X":
+            if e.dur is unset:
+                e.dur = 0
+            slices.append(e)
+        else:
+            rest.append(e)
+    return lanes, off
+
+
 def compact_args(list slices, py_compact):
     """:func:`.pftrace_fused.compact_args`, byte for byte: a text with a line break is compacted
     (``py_compact``, msgspec's, where a ``\\u`` escape may be a lone surrogate it cannot read); a

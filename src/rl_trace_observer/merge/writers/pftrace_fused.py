@@ -17,7 +17,6 @@ relative to the writer's base (``base_ns`` 0 here): floats with integral values 
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -43,7 +42,6 @@ _HOT = frozenset("Xstf")  # what a thread's loop writes itself; anything else ta
 _OFF_THREAD = frozenset("Cben")  # counters and async slices: tracks of their own
 
 NATIVE_TWIN = "rl_trace_observer.merge.writers._pftrace_native"  # _write_thread in C, byte for byte
-FUSED_TWIN = "rl_trace_observer.merge.writers._pftrace_fused_native"  # this module, compiled as is
 Lanes = dict[tuple[Any, Any], list[list[Event]]]  # (pid, tid) -> [slices, other events]
 
 
@@ -71,15 +69,10 @@ class FusedWriter(PftraceWriter):
         if self._closed:
             raise ValueError("pftrace: write_events() after close()")
         twin = self._twin
-        fused = native.twin(FUSED_TWIN)  # this module compiled as is: its helper loops
-        lanes, off_thread = (fused or _this).split_lanes(events)
+        lanes, off_thread = (twin.split_lanes if twin is not None else split_lanes)(events)
         fan = fan_ends(events, fanned)
         ordered = in_order or {}
-        compact = (
-            partial(twin.compact_args, py_compact=_compact)
-            if twin is not None
-            else (fused or _this).compact_args
-        )
+        compact = partial(twin.compact_args, py_compact=_compact) if twin is not None else compact_args
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
                 seq = slices + rest
@@ -467,6 +460,3 @@ def _args_json(e: Event) -> Any:
     if b"\n" in raw:
         raw = msgspec.json.format(raw, indent=-1)
     return raw if raw[:1] == b"{" and raw != b"{}" else {}
-
-
-_this = sys.modules[__name__]
