@@ -11,6 +11,7 @@ the Perfetto engine is pinned by tests/test_merge_perfetto.py and tests/test_rea
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import msgspec
@@ -23,13 +24,41 @@ from rl_trace_observer.merge.writers.pftrace import PftraceWriter
 from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter, _order, event_dict, fan_ends
 
 _ARGS = [UNSET, msgspec.Raw(b'{"a": 1,\n "b": "x"}'), msgspec.Raw(b"{}"), msgspec.Raw(b'{"u": "\\u00e9"}')]
+# Args as sources write them, for the typed encoding (and its JSON fallback) to agree in both writers:
+# ints beyond 64 bits, odd floats, nesting, empty containers, nulls, keys Perfetto would rewrite,
+# strings with escapes and lone surrogates, pretty-printed or \u-escaped text, repeated values.
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, 1, 2**63 - 1, -(2**63), 2**63, 2**64, 1.5, 1e300, -0.0, 1e-310, 0.1]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(st.sampled_from(["a", "é", "\ud800", '"', "\\", "\n", "☃", "\x00"]), max_size=4),
+)
+_key = st.sampled_from(["a", "b", "k", "x.y", "g[0]", "", "é", "\ud800"])
+_json = st.recursive(
+    _scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(_key, c, max_size=3), max_leaves=8
+)
+
+
+def _raw(value: Any, pretty: bool, ascii_only: bool) -> msgspec.Raw:
+    text = json.dumps(value, indent=1 if pretty else None, ensure_ascii=ascii_only)
+    if "\ud800" in text:  # a lone surrogate has no UTF-8: only its \u escape can say it
+        text = json.dumps(value, indent=1 if pretty else None)
+    return msgspec.Raw(text.encode())
+
+
+_args = st.one_of(
+    st.sampled_from(_ARGS),
+    st.builds(_raw, st.dictionaries(_key, _json, max_size=4) | _json, st.booleans(), st.booleans()),
+)
 _slice = st.tuples(
     st.sampled_from([1, 2]),  # tid
     st.sampled_from([0, 1, 5, 100]),  # step from the previous start on that thread
     st.sampled_from([0, 1, 50, 300]),  # dur
     st.sampled_from(["a", "b", "c"]),
     st.sampled_from([UNSET, "k"]),
-    st.sampled_from(range(len(_ARGS))),
+    _args,
     st.one_of(st.none(), st.tuples(st.sampled_from("sf"), st.sampled_from([0, 1]), st.integers(1, 5))),
 )
 
@@ -39,9 +68,7 @@ def _events(rows: list[tuple[Any, ...]]) -> list[Event]:
     out = []
     for tid, step, dur, name, cat, args, flow in rows:
         t = clock[tid] = clock[tid] + step
-        out.append(
-            Event(ph="X", ts=float(t), dur=float(dur), pid=7, tid=tid, name=name, cat=cat, args=_ARGS[args])
-        )
+        out.append(Event(ph="X", ts=float(t), dur=float(dur), pid=7, tid=tid, name=name, cat=cat, args=args))
         if flow is not None:
             ph, lag, ident = flow
             out.append(

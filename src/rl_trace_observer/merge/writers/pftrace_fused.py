@@ -358,25 +358,41 @@ def fan_ends(events: list[Event], fanned: set[Any] | None) -> dict[int, tuple[st
 def compact_args(slices: list[Event]) -> None:
     """Each slice's args as what the writer embeds: compact JSON ``bytes`` of a non-empty object (no
     whitespace: pretty-printed Kineto args are a third of their size), in two C calls for the batch.
-    Args that are no object, empty, or hold ``\\u`` escapes stay as they were (the slow path)."""
+    Args that are no object, empty, or hold ``\\u`` escapes stay as they were (the slow path).
+
+    Only texts with a line break are compacted (as :func:`_args_json` does), so the bytes do not depend
+    on what else is in the batch; a lone surrogate's escape, which msgspec cannot read, leaves its
+    text as it is."""
     unset = UNSET
     with_args = [e for e in slices if e.args is not unset and e.args.__class__ is not bytes]
     if not with_args:
         return
-    raws = [e.args for e in with_args]
-    joined = b"[" + b",".join(raws) + b"]"  # type: ignore[arg-type]
+    raws: list[Any] = [e.args for e in with_args]
+    joined = b"[" + b",".join(raws) + b"]"
     escapes = b"\\u" in joined
-    if b"\n" in joined or b"\r" in joined:
-        joined = msgspec.json.format(joined, indent=-1)
-        raws = _RAW_LIST.decode(joined)  # type: ignore[assignment]
-    for e, raw in zip(with_args, raws, strict=True):
-        text = bytes(raw)  # type: ignore[arg-type]
+    compact = raws
+    if b"\n" in joined:
+        try:
+            compact = _RAW_LIST.decode(msgspec.json.format(joined, indent=-1))
+        except msgspec.DecodeError:  # a lone surrogate: msgspec reads none of the batch
+            compact = [_compact(bytes(r)) for r in raws]
+    for e, raw, small in zip(with_args, raws, compact, strict=True):
+        text = bytes(raw)
+        if small is not raw and b"\n" in text:
+            text = bytes(small)
         if text[:1] == b"{" and text != b"{}" and not (escapes and b"\\u" in text):
             e.args = text  # type: ignore[assignment]
         elif text[:1] == b"{" and text != b"{}":
             e.args = msgspec.Raw(text)
         else:
             e.args = UNSET
+
+
+def _compact(text: bytes) -> bytes:
+    try:
+        return msgspec.json.format(text, indent=-1)
+    except msgspec.DecodeError:
+        return text
 
 
 def event_dict(e: Event) -> dict[str, Any]:
