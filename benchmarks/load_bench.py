@@ -1,25 +1,30 @@
 """Load time of a merged trace in the bundled Perfetto engine, per output format, and what it pays for.
 
     python benchmarks/load_bench.py [--run DIR | --events 1_200_000] [--repeat 3]
-                                    [--formats pftrace,pftrace.gz,json.gz] [--anatomy] [--keep DIR]
+                                    [--formats pftrace,pftrace.gz,json.gz] [--anatomy]
+                                    [--keep DIR [--reuse]]
 
 Merges one run (``benchmarks/gen_run.py`` unless ``--run`` names one) into each format with
 ``rl-trace merge``'s pipeline, then opens each file ``--repeat`` times in one engine
 (:class:`rl_trace_observer.analysis.perfetto.engine.Engine`: the Perfetto UI v52 with its wasm trace
-processor, in headless Chromium) and prints the median time from "open" to "loaded" (fetch, import,
-the UI's first queries), next to ``.json.gz`` measured in the same run, and the slice/flow counts so
-equal content can be checked at a glance.
+processor, in headless Chromium), in rounds (each file once per round), and prints the median time
+from "open" to "loaded" (fetch, import, the UI's first queries) and the median CPU seconds the browser
+used for it, next to ``.json.gz`` measured in the same run, and the slice/flow counts so equal content
+can be checked at a glance. ``--reuse``: load the files already in ``--keep`` instead of merging.
 
-``--anatomy``: what the protobuf importer pays for, found by removing one thing at a time from the
-merged ``.pftrace`` (packets rewritten here, every other byte kept) and loading the variants:
-debug annotations (the events' args, embedded as legacy JSON), flow ids, and both. It also prints the
-file's packet mix (track events, track descriptors, interned data: count and bytes). Figures are wall
-seconds of one engine on a shared machine: compare ratios within one run, not across runs.
+``--anatomy``: what the protobuf importer pays for, found by changing one thing at a time in the
+merged ``.pftrace`` (packets rewritten here, every other byte kept) and loading the variants: no debug
+annotations (the events' args, embedded as legacy JSON), no flow ids, neither; the args' JSON text as
+ONE string arg per slice (same bytes, no flattening); the args as typed, nested debug annotations
+(``typed_args.py``: keys interned; and with string values interned too). It also prints the file's
+packet mix (track events, track descriptors, interned data: count and bytes). The machine is shared:
+compare ratios within one run, not across runs; the CPU column moves less than wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -104,6 +109,72 @@ def without(data: bytes, track_event_fields: set[int]) -> bytes:
     return bytes(out)
 
 
+def json_as_string(data: bytes) -> bytes:
+    """The trace with each ``args`` annotation's JSON text kept as a plain ``string_value``: the same
+    bytes, but ONE arg row per slice instead of one per member (what flattening the JSON costs)."""
+    out = bytearray()
+    for p in packets(data):
+        parts = []
+        for num, _, enc in _fields(p):
+            if num == 11:
+                te = []
+                for f, _, e in _fields(_payload(enc)):
+                    if f == 4:
+                        ann = _fields(_payload(e))
+                        if [x[0] for x in ann] == [1, 9]:
+                            e = e[: len(e) - len(ann[1][2])] + b"\x32" + ann[1][2][1:]  # string_value (6)
+                    te.append(e)
+                body = b"".join(te)
+                enc = b"\x5a" + varint(len(body)) + body
+            parts.append(enc)
+        pkt = b"".join(parts)
+        out += b"\x0a" + varint(len(pkt)) + pkt
+    return bytes(out)
+
+
+def typed_variant(data: bytes, intern_strings: bool = False) -> tuple[bytes, int]:
+    """The trace with each legacy-JSON ``args`` annotation re-encoded as typed ``dict_entries``
+    (:mod:`typed_args`: keys interned per sequence; with ``intern_strings`` string values too), every
+    other byte kept. Returns (trace, annotations that still hold some JSON)."""
+    from rl_trace_observer.merge.writers._pbwire import ld
+    from typed_args import TypedArgs
+
+    typed = TypedArgs(intern_strings)
+    out = bytearray()
+    with_json = 0
+    for p in packets(data):
+        fields = _fields(p)
+        for num, _, enc in fields:
+            if num == 13 and read_varint(enc, 1)[0] & 1:  # SEQ_INCREMENTAL_STATE_CLEARED
+                typed.reset()
+            if num == 12:
+                for f, _, e in _fields(_payload(enc)):
+                    if f == 3 and bytes(_payload(e)) != b"\x08\x01\x12\x04args":
+                        raise SystemExit("typed variant: the writer interns other arg names")
+        parts = []
+        for num, _, enc in fields:
+            if num == 11:
+                te = []
+                for f, _, e in _fields(_payload(enc)):
+                    if f == 4:
+                        ann = _fields(_payload(e))
+                        if [x[0] for x in ann] == [1, 9]:
+                            e = typed.encode(bytes(_payload(ann[1][2])))
+                            with_json += b"\x4a" in e  # a legacy_json_value tag (or a value byte)
+                    te.append(e)
+                body = b"".join(te)
+                enc = b"\x5a" + varint(len(body)) + body
+            parts.append(enc)
+        if typed.new:
+            old = [enc for num, _, enc in fields if num == 12]
+            merged = (bytes(_payload(old[0])) if old else b"") + b"".join(typed.new)
+            typed.new.clear()
+            parts = [e for e in parts if e[:1] != b"\x62"] + [ld(12, merged)]
+        pkt = b"".join(parts)
+        out += b"\x0a" + varint(len(pkt)) + pkt
+    return bytes(out), with_json
+
+
 def merge(run: Path, out: Path) -> None:
     cmd = [sys.executable, "-m", "rl_trace_observer.cli.main", "merge", str(run), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -111,14 +182,41 @@ def merge(run: Path, out: Path) -> None:
         raise SystemExit(f"merge into {out.name} failed:\n{done.stderr}")
 
 
-def load_times(engine: Any, path: Path, repeat: int) -> tuple[float, Any]:
-    times, res = [], None
+def browser_cpu_s(engine: Any) -> float:
+    """CPU seconds used so far by the engine's browser (its process group: the wasm trace processor
+    runs in a renderer), so loads can be compared on a machine other jobs share."""
+    browser = getattr(engine, "_browser", None)
+    proc = getattr(browser, "_proc", None)
+    if proc is None:
+        return float("nan")
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == proc.pid:  # pgrp
+            total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return total / ticks
+
+
+def load_round_robin(engine: Any, paths: dict[str, Path], repeat: int) -> dict[str, tuple[float, float, Any]]:
+    """label -> (median wall s, median browser CPU s, last result) of ``repeat`` loads each, taken in
+    rounds (every file once per round) so a burst of other work on the machine hits all alike."""
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    cpus: dict[str, list[float]] = {k: [] for k in paths}
+    last: dict[str, Any] = {}
     for _ in range(repeat):
-        res = engine.load(path, timeout_s=600)
-        if not res.loaded:
-            raise SystemExit(f"{path}: not loaded: {res.error}")
-        times.append(res.load_time_s)
-    return statistics.median(times), res
+        for label, path in paths.items():
+            cpu0 = browser_cpu_s(engine)
+            res = engine.load(path, timeout_s=600)
+            if not res.loaded:
+                raise SystemExit(f"{path}: not loaded: {res.error}")
+            times[label].append(res.load_time_s)
+            cpus[label].append(browser_cpu_s(engine) - cpu0)
+            last[label] = res
+    return {k: (statistics.median(times[k]), statistics.median(cpus[k]), last[k]) for k in paths}
 
 
 def main() -> None:
@@ -129,6 +227,7 @@ def main() -> None:
     ap.add_argument("--formats", default="pftrace,pftrace.gz,json.gz")
     ap.add_argument("--anatomy", action="store_true")
     ap.add_argument("--keep", type=Path, help="write the merged files here (default: a temporary folder)")
+    ap.add_argument("--reuse", action="store_true", help="load merged files already in --keep as they are")
     args = ap.parse_args()
     from rl_trace_observer.analysis.perfetto.engine import Engine
 
@@ -151,7 +250,8 @@ def main() -> None:
         files = {}
         for fmt in formats:
             files[fmt] = tmp / f"trace.{fmt}"
-            merge(run, files[fmt])
+            if not (args.reuse and files[fmt].exists()):
+                merge(run, files[fmt])
         variants: dict[str, Path] = {}
         if args.anatomy:
             data = files["pftrace"].read_bytes()
@@ -163,21 +263,32 @@ def main() -> None:
                 path = tmp / f"trace.{label.replace(', ', '_').replace(' ', '_')}.pftrace"
                 path.write_bytes(without(data, drop))
                 variants[f"pftrace ({label})"] = path
+            path = tmp / "trace.args_as_one_string.pftrace"
+            path.write_bytes(json_as_string(data))
+            variants["pftrace (args as one string)"] = path
+            for label, interned in (("typed args", False), ("typed args, strings interned", True)):
+                typed, refused = typed_variant(data, interned)
+                path = tmp / f"trace.{label.replace(', ', '_').replace(' ', '_')}.pftrace"
+                path.write_bytes(typed)
+                variants[f"pftrace ({label})"] = path
+                print(f"{label}: {refused:,d} annotations hold some JSON (or a 0x4a byte)")
         rows = []
         with Engine() as engine:
             engine.load(files["json.gz"], timeout_s=600)  # warm the page and the wasm module
-            for label, path in [*files.items(), *variants.items()]:
-                med, res = load_times(engine, path, args.repeat)
-                rows.append((label, path.stat().st_size, med, res.slices, res.flows, len(res.error_stats)))
+            paths = {**files, **variants}
+            for label, (med, cpu, res) in load_round_robin(engine, paths, args.repeat).items():
+                size = paths[label].stat().st_size
+                rows.append((label, size, med, cpu, res.slices, res.flows, len(res.error_stats)))
         base = next(r[2] for r in rows if r[0] == "json.gz")
-        head = ("format", "MB", "load s", "vs json.gz", "slices", "flows")
-        print("\n{:28s} {:>8s} {:>8s} {:>10s} {:>10s} {:>9s} errs".format(*head))
-        for label, size, med, slices, flows, errs in rows:
+        base_cpu = next(r[3] for r in rows if r[0] == "json.gz")
+        head = ("format", "MB", "load s", "vs json.gz", "CPU s", "vs json.gz", "slices", "flows")
+        print("\n{:36s} {:>7s} {:>7s} {:>10s} {:>7s} {:>10s} {:>9s} {:>8s} errs".format(*head))
+        for label, size, med, cpu, slices, flows, errs in rows:
             print(
-                f"{label:28s} {size / 1e6:8.1f} {med:8.2f} {base / med:9.2f}x"
-                f" {slices:>10,d} {flows:>9,d} {errs}"
+                f"{label:36s} {size / 1e6:7.1f} {med:7.2f} {base / med:9.2f}x"
+                f" {cpu:7.2f} {base_cpu / cpu:9.2f}x {slices:>9,d} {flows:>8,d} {errs}"
             )
-        counts = Counter((r[3], r[4]) for r in rows if r[0] in files)
+        counts = Counter((r[4], r[5]) for r in rows if r[0] in files)
         if len(counts) > 1:
             print("WARNING: the formats' slice/flow counts differ:", dict(counts))
 
