@@ -32,12 +32,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   touch .venv/.rl-trace-native-fresh
 fi
 
-# The merger's compiled twins (setup.py: Cython, optional). pip builds them with the install above;
-# rebuild when a twin's source changed, since a twin older than its source is ignored (merge/native.py).
+# The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
+# above; rebuild when its source changed, since a twin older than its source is ignored (merge/native.py).
 native_stamp=.venv/.rl-trace-native
-native_want=$(cat setup.py src/rl_trace_observer/merge/transform/fastpath.py \
-  src/rl_trace_observer/merge/writers/pftrace_fused.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
-  | sha256sum | cut -d' ' -f1)
+native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"

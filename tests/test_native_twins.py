@@ -1,4 +1,4 @@
-"""The merger's compiled twins (Cython, ``setup.py``) write exactly what the Python path writes.
+"""The merger's compiled ``.pftrace`` encoder (Cython, ``setup.py``) writes exactly what Python writes.
 
 ``RL_TRACE_NATIVE=0`` runs the pure-Python loops; the default runs the twins where they are built.
 Both merge the same inputs to the same bytes in every output format: the generated run (Kineto,

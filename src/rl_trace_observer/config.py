@@ -117,9 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RL_TRACE_NATIVE",
         "1",
-        "Merger only. `0`: run the merge's pure-Python loops even where their compiled twins (built "
-        "by Cython at install, see Dependencies) are present, e.g. to compare the two. `1`: use the "
-        "twins when built and current (output is byte-identical either way).",
+        "Merger only. `0`: run the `.pftrace` encoder's pure-Python loops even where their compiled "
+        "twin (built by Cython at install, see Dependencies) is present, e.g. to compare the two. `1`: "
+        "use the twin when built and current (output is byte-identical either way).",
     ),
 )
 

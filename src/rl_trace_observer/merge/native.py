@@ -1,8 +1,8 @@
 """The merger's optional compiled twins (Cython, built by ``setup.py`` at install), chosen per process.
 
-Why a switch and a staleness check: the twins are built from the Python sources (or reproduce them
-byte for byte, tested), so a twin older than its source could write what the source no longer
-would. Such a twin is ignored with one warning; ``RL_TRACE_NATIVE=0`` ignores all of them.
+Why a switch and a staleness check: a twin reproduces Python code byte for byte (tested), so a twin
+older than its source could write what the source no longer would. Such a twin is ignored with one
+warning; ``RL_TRACE_NATIVE=0`` ignores all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ log = logging.getLogger(__name__)
 
 # twin module -> the source it is built from, relative to this package
 TWINS = {
-    "rl_trace_observer.merge.transform._fastpath_native": "transform/fastpath.py",
     "rl_trace_observer.merge.writers._pftrace_native": "writers/_pftrace_native.pyx",
 }
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from .. import native
 from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
 from ..clock.partners import RankLinks, StageLinks
@@ -34,7 +33,6 @@ from .pftrace_job import PftraceSink
 if TYPE_CHECKING:
     from ..shards.sink import ShardSink
 
-FASTPATH_TWIN = "rl_trace_observer.merge.transform._fastpath_native"  # fastpath.py, compiled as is
 _in_worker = False  # set in the merge's own worker processes (see init_worker)
 
 
@@ -228,9 +226,7 @@ def _fast(
     in_order: dict[Any, bool] | None = {} if protobuf else None
     if protobuf:
         ctx.fanned = set()
-    twin = native.twin(FASTPATH_TWIN)
-    to_output = twin.to_output if twin is not None else fastpath.to_output
-    kept, out.phases, lo, hi = to_output(
+    kept, out.phases, lo, hi = fastpath.to_output(
         events,
         res,
         source_ns=not res.deferred,
