@@ -40,7 +40,7 @@ if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
-  echo "bootstrap: building the merger's compiled twins (Cython)"
+  echo "bootstrap: building the merger's compiled .pftrace encoder (Cython)"
   .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
 fi

@@ -95,38 +95,15 @@ cdef inline char* _copy(char* p, bytes b) noexcept:
     return p + n
 
 
-cdef void _write_begin(bytearray buf, object start, bytes seq_needs, bytes begin_head, bytes body,
-                       bytes flows) except *:
-    """One BEGIN packet: timestamp, sequence fields, track event (type, track, body, flows)."""
-    cdef unsigned char tv[10]
-    cdef unsigned char nv[10]
-    cdef unsigned char pv[10]
-    cdef int ntv = _ts_varint(start, tv)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(begin_head) + PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(flows)
-    cdef int nnv = _uvarint(nv, <unsigned long long>n)
-    cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(seq_needs) + 1 + nnv + n
-    cdef int npv = _uvarint(pv, <unsigned long long>total)
-    cdef char* p = _grow(buf, 1 + npv + total)
-    p[0] = 0x0A
-    memcpy(p + 1, pv, npv)
-    p += 1 + npv
-    p[0] = 0x40
-    memcpy(p + 1, tv, ntv)
-    p = _copy(p + 1 + ntv, seq_needs)
-    p[0] = 0x5A
-    memcpy(p + 1, nv, nnv)
-    p = _copy(p + 1 + nnv, begin_head)
-    p = _copy(p, body)
-    _copy(p, flows)
-
-
-cdef void _write_event(bytearray buf, object ts, bytes seq_needs, bytes body, bytes more) except *:
-    """``PacketSink._event(ts, body + more)`` when nothing is newly interned (base 0, ts >= 0)."""
+cdef void _write_event(bytearray buf, object ts, bytes seq_needs, bytes a, bytes b, bytes c) except *:
+    """``PacketSink._event(ts, a + b + c)`` when nothing is newly interned (base 0, ts >= 0): the
+    timestamp, the sequence fields, then the TrackEvent's bytes (a BEGIN: type + track, name/args,
+    flows)."""
     cdef unsigned char tv[10]
     cdef unsigned char nv[10]
     cdef unsigned char pv[10]
     cdef int ntv = _ts_varint(ts, tv)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(more)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(a) + PyBytes_GET_SIZE(b) + PyBytes_GET_SIZE(c)
     cdef int nnv = _uvarint(nv, <unsigned long long>n)
     cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(seq_needs) + 1 + nnv + n
     cdef int npv = _uvarint(pv, <unsigned long long>total)
@@ -139,8 +116,9 @@ cdef void _write_event(bytearray buf, object ts, bytes seq_needs, bytes body, by
     p = _copy(p + 1 + ntv, seq_needs)
     p[0] = 0x5A
     memcpy(p + 1, nv, nnv)
-    p = _copy(p + 1 + nnv, body)
-    _copy(p, more)
+    p = _copy(p + 1 + nnv, a)
+    p = _copy(p, b)
+    _copy(p, c)
 
 
 cdef void _write_end(bytearray buf, object te, bytes end_tail) except *:
@@ -387,9 +365,9 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                         w._event(te, _END + track + top.end_flows)
                         continue
                     if body is not None:  # a leaf: its BEGIN, held back until now, then its END
-                        _write_begin(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
+                        _write_event(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
                     if top.end_flows:  # flows that met a BEGIN already written: on the END
-                        _write_event(buf, te, seq_needs, end_body, top.end_flows)
+                        _write_event(buf, te, seq_needs, end_body, top.end_flows, b"")
                     else:
                         _write_end(buf, te, end_tail)
                 if stack:
@@ -400,7 +378,7 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                             w._write_begin(top)
                         else:
                             top.body = None
-                            _write_begin(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
+                            _write_event(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
                     if end > top.end_ns and not top.is_b:
                         stats.drop("overlapping_slice")  # the JSON importer drops these too
                         continue
@@ -517,5 +495,5 @@ def write_counters(w, list events, decode_raw_args):
             if PyList_GET_SIZE(new_interned) or not w._cleared or ts_ns < 0:
                 w._event(ts_ns, body)
             else:
-                _write_event(buf, ts_ns, seq_needs, body, b"")
+                _write_event(buf, ts_ns, seq_needs, body, b"", b"")
             stats.counters += 1
