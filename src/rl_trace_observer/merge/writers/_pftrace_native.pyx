@@ -46,8 +46,6 @@ cdef bytes _COUNTER = COUNTER
 cdef bytes _K_DOUBLE = K_DOUBLE_VALUE
 cdef bytes _K_FLOW = K_FLOW
 cdef bytes _K_TERM = K_TERMINATING
-cdef bytes _K_ANNOTATION = b"\x22"
-cdef bytes _DA_LEGACY_JSON = b"\x4a"
 cdef unsigned long long _GOLDEN = 0x9E3779B97F4A7C15ULL
 cdef unsigned long long _MASK63 = 0x7FFFFFFFFFFFFFFFULL
 cdef object _TWO63 = int("9223372036854775808")
@@ -121,21 +119,6 @@ cdef void _write_event(bytearray buf, object ts, bytes seq_needs, bytes a, bytes
     _copy(p, c)
 
 
-cdef void _write_end(bytearray buf, object te, bytes end_tail) except *:
-    cdef unsigned char tv[10]
-    cdef unsigned char pv[10]
-    cdef int ntv = _ts_varint(te, tv)
-    cdef Py_ssize_t total = 1 + ntv + PyBytes_GET_SIZE(end_tail)
-    cdef int npv = _uvarint(pv, <unsigned long long>total)
-    cdef char* p = _grow(buf, 1 + npv + total)
-    p[0] = 0x0A
-    memcpy(p + 1, pv, npv)
-    p += 1 + npv
-    p[0] = 0x40
-    memcpy(p + 1, tv, ntv)
-    _copy(p + 1 + ntv, end_tail)
-
-
 cdef inline bytes _pack(unsigned long long f):
     cdef unsigned char b[8]
     cdef int i
@@ -145,16 +128,10 @@ cdef inline bytes _pack(unsigned long long f):
     return (<char*>b)[:8]
 
 
-cdef bytes _ld(bytes tag, bytes payload):
-    cdef unsigned char nv[10]
-    cdef int n = _uvarint(nv, <unsigned long long>PyBytes_GET_SIZE(payload))
-    return tag + (<char*>nv)[:n] + payload
-
-
 cdef bytes _slice_body(bytes nref, object cref, object aref, object a):
     """name ref + category ref + the ``args`` annotation (legacy JSON ``a``), in one allocation:
-    ``ref + cat + _K_ANNOTATION + varint(len(ann)) + ann`` with ``ann = aref + _DA_LEGACY_JSON +
-    varint(len(a)) + a``."""
+    ``ref + cat + 0x22 + varint(len(ann)) + ann`` with ``ann = aref + 0x4A + varint(len(a)) + a``
+    (TrackEvent.debug_annotations, DebugAnnotation.legacy_json_value)."""
     cdef Py_ssize_t nn = PyBytes_GET_SIZE(nref)
     cdef Py_ssize_t nc = PyBytes_GET_SIZE(<bytes>cref) if cref is not None else 0
     cdef Py_ssize_t na = 0, nr = 0, nann = 0
@@ -327,7 +304,6 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
     cdef dict salts = w._flow_salts
     cdef bytearray buf = w._buf
     cdef bytes end_body = _END + track
-    cdef bytes end_tail = seq_needs + b"\x5a" + _ld(b"", end_body)
     cdef bytes begin_head = _BEGIN + track
     cdef Py_ssize_t slices = 0
     cdef unsigned long long fid_u, ident_u
@@ -366,10 +342,8 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                         continue
                     if body is not None:  # a leaf: its BEGIN, held back until now, then its END
                         _write_event(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
-                    if top.end_flows:  # flows that met a BEGIN already written: on the END
-                        _write_event(buf, te, seq_needs, end_body, top.end_flows, b"")
-                    else:
-                        _write_end(buf, te, end_tail)
+                    # the END, with the flows that met a BEGIN already written
+                    _write_event(buf, te, seq_needs, end_body, top.end_flows, b"")
                 if stack:
                     top = stack[-1]
                     body = top.body
