@@ -109,25 +109,35 @@ def without(data: bytes, track_event_fields: set[int]) -> bytes:
     return bytes(out)
 
 
+def _args_rewritten(fields: list[tuple[int, int, bytes]], rewrite: Any) -> list[bytes]:
+    """A packet's fields with each TrackEvent's legacy-JSON ``args`` annotation (name_iid, then
+    legacy_json_value) replaced by ``rewrite(annotation, its legacy_json_value field)``."""
+    parts = []
+    for num, _, enc in fields:
+        if num == 11:
+            te = []
+            for f, _, e in _fields(_payload(enc)):
+                if f == 4:
+                    ann = _fields(_payload(e))
+                    if [x[0] for x in ann] == [1, 9]:
+                        e = rewrite(e, ann[1][2])
+                te.append(e)
+            body = b"".join(te)
+            enc = b"\x5a" + varint(len(body)) + body
+        parts.append(enc)
+    return parts
+
+
 def json_as_string(data: bytes) -> bytes:
     """The trace with each ``args`` annotation's JSON text kept as a plain ``string_value``: the same
     bytes, but ONE arg row per slice instead of one per member (what flattening the JSON costs)."""
+
+    def as_string(ann: bytes, js: bytes) -> bytes:
+        return ann[: len(ann) - len(js)] + b"\x32" + js[1:]  # legacy_json_value (9) -> string_value (6)
+
     out = bytearray()
     for p in packets(data):
-        parts = []
-        for num, _, enc in _fields(p):
-            if num == 11:
-                te = []
-                for f, _, e in _fields(_payload(enc)):
-                    if f == 4:
-                        ann = _fields(_payload(e))
-                        if [x[0] for x in ann] == [1, 9]:
-                            e = e[: len(e) - len(ann[1][2])] + b"\x32" + ann[1][2][1:]  # string_value (6)
-                    te.append(e)
-                body = b"".join(te)
-                enc = b"\x5a" + varint(len(body)) + body
-            parts.append(enc)
-        pkt = b"".join(parts)
+        pkt = b"".join(_args_rewritten(_fields(p), as_string))
         out += b"\x0a" + varint(len(pkt)) + pkt
     return bytes(out)
 
@@ -142,6 +152,13 @@ def typed_variant(data: bytes, intern_strings: bool = False) -> tuple[bytes, int
     typed = TypedArgs(intern_strings)
     out = bytearray()
     with_json = 0
+
+    def retype(_: bytes, js: bytes) -> bytes:
+        nonlocal with_json
+        ann = typed.encode(bytes(_payload(js)))
+        with_json += b"\x4a" in ann  # a legacy_json_value tag (or a value byte)
+        return ann
+
     for p in packets(data):
         fields = _fields(p)
         for num, _, enc in fields:
@@ -151,20 +168,7 @@ def typed_variant(data: bytes, intern_strings: bool = False) -> tuple[bytes, int
                 for f, _, e in _fields(_payload(enc)):
                     if f == 3 and bytes(_payload(e)) != b"\x08\x01\x12\x04args":
                         raise SystemExit("typed variant: the writer interns other arg names")
-        parts = []
-        for num, _, enc in fields:
-            if num == 11:
-                te = []
-                for f, _, e in _fields(_payload(enc)):
-                    if f == 4:
-                        ann = _fields(_payload(e))
-                        if [x[0] for x in ann] == [1, 9]:
-                            e = typed.encode(bytes(_payload(ann[1][2])))
-                            with_json += b"\x4a" in e  # a legacy_json_value tag (or a value byte)
-                    te.append(e)
-                body = b"".join(te)
-                enc = b"\x5a" + varint(len(body)) + body
-            parts.append(enc)
+        parts = _args_rewritten(fields, retype)
         if typed.new:
             old = [enc for num, _, enc in fields if num == 12]
             merged = (bytes(_payload(old[0])) if old else b"") + b"".join(typed.new)

@@ -68,23 +68,22 @@ class TypedArgs:
         self.strings = {}
         self.new = []
 
-    def _key(self, key: str) -> bytes:
-        ref = self.names.get(key)
+    def _intern(self, table: dict[str, bytes], value: str, interned_field: int, ref_field: int) -> bytes:
+        """``value``'s reference field, its InternedData entry queued in ``new`` the first time."""
+        ref = table.get(value)
         if ref is None:
-            iid = len(self.names) + 1
-            self.new.append(ld(3, uint(1, iid) + text(2, key)))
-            ref = self.names[key] = uint(1, iid)
+            iid = len(table) + 1
+            self.new.append(ld(interned_field, uint(1, iid) + text(2, value)))
+            ref = table[value] = uint(ref_field, iid)
         return ref
+
+    def _key(self, key: str) -> bytes:
+        return self._intern(self.names, key, 3, 1)  # debug_annotation_names -> name_iid
 
     def _string(self, value: str) -> bytes:
         if not self.intern_strings:
             return _ld(_STRING, value.encode("utf-8", "replace"))
-        ref = self.strings.get(value)
-        if ref is None:
-            iid = len(self.strings) + 1
-            self.new.append(ld(29, uint(1, iid) + text(2, value)))
-            ref = self.strings[value] = uint(17, iid)
-        return ref
+        return self._intern(self.strings, value, 29, 17)  # debug_annotation_string_values -> string_value_iid
 
     def value(self, value: Any) -> bytes | None:
         """The value fields of one DebugAnnotation: b"" makes no row; None: not typeable."""
