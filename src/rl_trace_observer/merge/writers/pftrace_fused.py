@@ -412,6 +412,11 @@ def _compact(text: bytes) -> bytes:
         return text
 
 
+# the struct fields event_dict copies as they are, in output order (flow_in/out only with a bind_id)
+_COPIED = ("name", "cat", "id", "bind_id", "flow_in", "flow_out", "bp", "s", "scope", "cname")
+_COPIED_UNBOUND = tuple(f for f in _COPIED if f not in ("bind_id", "flow_in", "flow_out"))
+
+
 def event_dict(e: Event) -> dict[str, Any]:
     """docs/FORMATS.md §3: the struct as the dict writer's normalised event (ns relative to the base).
 
@@ -424,26 +429,11 @@ def event_dict(e: Event) -> dict[str, Any]:
     if e.dur is not unset:
         d: Any = e.dur
         ev["dur_ns"] = int(d)
-    if e.name is not unset:
-        ev["name"] = e.name
-    if e.cat is not unset:
-        ev["cat"] = e.cat
-    if e.id is not unset:
-        ev["id"] = e.id
-    if e.bind_id is not unset:
-        ev["bind_id"] = e.bind_id
-        if e.flow_in is not unset:
-            ev["flow_in"] = e.flow_in
-        if e.flow_out is not unset:
-            ev["flow_out"] = e.flow_out
-    if e.bp is not unset:
-        ev["bp"] = e.bp
-    if e.s is not unset:
-        ev["s"] = e.s
-    if e.scope is not unset:
-        ev["scope"] = e.scope
-    if e.cname is not unset:
-        ev["cname"] = e.cname
+    fields = _COPIED if e.bind_id is not unset else _COPIED_UNBOUND
+    for field in fields:
+        value = getattr(e, field)
+        if value is not unset:
+            ev[field] = value
     if e.args is not unset:
         ev["args"] = _args_json(e)
     if e.id2 is not unset:
