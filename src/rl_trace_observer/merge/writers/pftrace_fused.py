@@ -46,13 +46,19 @@ Lanes = dict[tuple[Any, Any], list[list[Event]]]  # (pid, tid) -> [slices, other
 
 
 class FusedWriter(PftraceWriter):
-    """:class:`.pftrace.PftraceWriter` plus :meth:`write_events` for the merge's structs."""
+    """:class:`.pftrace.PftraceWriter` plus :meth:`write_events` for the merge's structs.
+
+    Where ``_pftrace_native`` is built (and ``RL_TRACE_NATIVE`` allows), its compiled twins of
+    :func:`split_lanes`, :func:`compact_args`, :meth:`_write_thread` and the counter path write the
+    same bytes; chosen once per writer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._twin = native.twin(NATIVE_TWIN)  # the compiled _write_thread, or None
-        if self._twin is not None:
-            self._slice_type = self._twin.Slice
+        twin = self._twin = native.twin(NATIVE_TWIN)  # the compiled loops, or None
+        self._split_lanes = split_lanes if twin is None else twin.split_lanes
+        self._compact_args = compact_args if twin is None else partial(twin.compact_args, py_compact=_compact)
+        if twin is not None:
+            self._slice_type = twin.Slice
 
     def write_events(
         self,
@@ -69,10 +75,9 @@ class FusedWriter(PftraceWriter):
         if self._closed:
             raise ValueError("pftrace: write_events() after close()")
         twin = self._twin
-        lanes, off_thread = (twin.split_lanes if twin is not None else split_lanes)(events)
+        lanes, off_thread = self._split_lanes(events)
         fan = fan_ends(events, fanned)
         ordered = in_order or {}
-        compact = partial(twin.compact_args, py_compact=_compact) if twin is not None else compact_args
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
                 seq = slices + rest
@@ -88,7 +93,7 @@ class FusedWriter(PftraceWriter):
                 seq.sort(key=_TS)  # a merge of two runs: slices first at equal times
             else:
                 seq = slices
-            compact(slices)
+            self._compact_args(slices)
             if twin is not None:
                 twin.write_thread(self, key, seq, event_dict, decode_raw_args)
             else:
