@@ -204,6 +204,20 @@ def test_vllm_and_sglang_metrics_convert_to_wall_ns() -> None:
     assert rq.phases_from_sglang({"queue_time": "x"}, 0) is None and rq.phases_from_sglang(None, 0) is None
 
 
+def test_wall_minus_mono_keeps_the_tightest_bracket() -> None:
+    """A thread paused between its clock reads must not shift engine phases: of three (mono, wall,
+    mono) brackets the tightest wins, the one paused for 450 µs does not."""
+    from rl_trace_observer.capture.clock import wall_minus_mono_ns
+
+    true_offset = 5_000_000
+    monos = iter([1_000, 451_000, 500_000, 500_200, 600_000, 600_100])  # pause, then two tight brackets
+    walls = iter([true_offset + 1_000, true_offset + 500_100, true_offset + 600_050])
+    got = wall_minus_mono_ns(3, wall=lambda: next(walls), mono=lambda: next(monos))
+    assert got == true_offset  # the 100 ns bracket; the first would have said 225 µs off
+    live = wall_minus_mono_ns()
+    assert abs(live - (time.time_ns() - time.monotonic_ns())) < 50_000_000  # the real clocks, sanely
+
+
 def test_weight_sync_phases_nest_and_carry_what_they_learned(rec: Any) -> None:
     with rq.weight_sync("update_weights", version=2, backend="naive"):
         with rq.weight_sync("load_weights", replica=1) as ph:

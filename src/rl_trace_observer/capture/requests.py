@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+from .clock import wall_minus_mono_ns as wall_minus_mono
 from .encoding import dumps_line as _dumps_line
 from .recorder import Recorder, get_recorder
 
@@ -337,7 +338,7 @@ def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> 
     unset), converted to wall ns with this host's offset (engine core and server share a host)."""
     if metrics is None:
         return None
-    offset = time.time_ns() - time.monotonic_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
+    offset = wall_minus_mono() if wall_minus_mono_ns is None else wall_minus_mono_ns
     q = getattr(metrics, "queued_ts", None)
     s = getattr(metrics, "scheduled_ts", None)
     f = getattr(metrics, "first_token_ts", None)
