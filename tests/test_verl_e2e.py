@@ -88,6 +88,7 @@ def run(
         discrete=opts["discrete"],
     )
     TIMINGS[variant] = round(time.monotonic() - t0, 1)
+    print(f"\nverl e2e {variant}: main_ppo {TIMINGS[variant]:.1f} s")  # for the CI budget (pytest -s)
     output = proc.stdout + proc.stderr
     (out / "main_ppo.log").write_text(output)
     assert proc.returncode == 0, f"main_ppo failed ({proc.returncode}); last output:\n{output[-6000:]}"
@@ -376,15 +377,10 @@ def test_report_rollout_section_finds_the_slow_requests(run: Run, merged: Path) 
     assert [s["step"] for s in ro["staleness"]] == list(range(1, STEPS + 1))
     for row in ro["staleness"]:
         assert sum(row["lag_steps"].values()) == row["samples"] > 0
-        assert row["max_lag_steps"] >= 0 and (run.mode != "sync" or row["max_lag_steps"] == 0)
+        assert row["max_lag_steps"] == max(int(lag) for lag in row["lag_steps"])
+        assert run.mode != "sync" or row["max_lag_steps"] == 0
     syncs = ro["weight_sync"]["syncs"]
     assert [s["version"] for s in syncs] == list(range(STEPS + 1))
     assert all(
         {r["replica"] for r in s["replicas"]} == {0, 1} and s["slowest_replica"] in (0, 1) for s in syncs
     )
-
-
-def test_report_timing(run: Run) -> None:
-    """Not a check: prints how long main_ppo took (pytest -s), for the CI budget."""
-    print(f"\nverl e2e {run.variant}: main_ppo {run.train_s:.1f} s")
-    assert run.train_s > 0

@@ -145,7 +145,7 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
     ws = rollout.get("weight_sync")
     if ws and ws["syncs"]:
         sync = PlainTable(
-            "Weight sync (trainer's update_weights; the slowest replica held it up)",
+            "Weight sync (one row per trainer sync; the slowest replica held it up)",
             [
                 "version",
                 "total",

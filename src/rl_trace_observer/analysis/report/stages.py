@@ -29,6 +29,8 @@ __all__ = [
     "WORK_CATEGORIES",
     "StageRule",
     "classify",
+    "is_sync_root",
+    "is_weight_load",
     "marker_priority",
 ]
 
@@ -67,6 +69,12 @@ CATEGORIES: tuple[str, ...] = (*WORK_CATEGORIES, IDLE)
 ROLLOUT_CATEGORIES = frozenset({"generation"})
 TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
 
+# The rollout section's weight-sync rows: which trainer span is one whole sync (one row each; the
+# trainer's other weight-sync spans inside it are its phases), and which replica span loads the weights
+# (its ``bytes`` are summed). Both are weight_sync rows of the table above.
+SYNC_ROOT = re.compile(r"^update_weights$", re.IGNORECASE)
+WEIGHT_LOAD = re.compile(r"^load_weights$", re.IGNORECASE)
+
 _COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in STAGE_TABLE)
 
 
@@ -90,3 +98,13 @@ def marker_priority(name: str) -> int | None:
             return rank
         rank += 1
     return None
+
+
+def is_sync_root(name: str) -> bool:
+    """A trainer span that is one whole weight sync (``update_weights``, not one of its phases)."""
+    return SYNC_ROOT.search(name) is not None
+
+
+def is_weight_load(name: str) -> bool:
+    """A replica span that loads the new weights (it carries the ``bytes`` moved)."""
+    return WEIGHT_LOAD.search(name) is not None
