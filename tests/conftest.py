@@ -54,6 +54,31 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token aut
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+EXTRAS = {  # what a light install (the README's quick check: '.[test,viztracer]') lacks, and its extra
+    "ray": "ray",
+    "rl_insight": "rl-insight",
+    "verl": "verl",
+    "torch": "demo",
+    "numpy": "demo",
+    "pyarrow": "shards",
+    "duckdb": "sql",
+}
+FULL_INSTALL = "scripts/bootstrap.sh installs every extra"
+
+
+def need(module: str) -> Any:
+    """``module``, or a skip naming the extra that brings it (in CI the skip fails: see below)."""
+    top = module.split(".")[0]
+    extra = EXTRAS[top]
+    return pytest.importorskip(module, reason=f"needs {top}: the '{extra}' extra ({FULL_INSTALL})")
+
+
+def need_all(*modules: str) -> None:
+    """Skip unless every module imports (for a test that starts a child needing them)."""
+    for module in modules:
+        need(module)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without any RL_TRACE_*/RL_INSIGHT_*/VERL_* leaking between tests."""
     env = {
@@ -110,6 +135,7 @@ def engine() -> Iterator[Any]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One `rl-trace demo` run (real Ray, torch.profiler, VizTracer, RL-Insight, collect, merge, report),
     shared by every test module that reads its outputs."""
+    need_all("ray", "torch", "rl_insight")  # what `rl-trace demo` runs on (the 'demo' extra)
     out = tmp_path_factory.mktemp("demo") / "out"
     t0 = time.monotonic()
     proc = subprocess.run(

@@ -33,8 +33,10 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("rl_insight")
+from .conftest import need
+
+ray = need("ray")
+need("rl_insight")
 
 from rl_trace_observer.analysis.perfetto import engine as perfetto_engine  # noqa: E402
 from rl_trace_observer.capture import configure  # noqa: E402

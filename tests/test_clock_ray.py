@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
+from .conftest import need
+
+ray = need("ray")
 
 from rl_trace_observer.capture.clock import SYSTEM_CLOCK, ShiftedClock  # noqa: E402
 from rl_trace_observer.capture.recorder import Recorder  # noqa: E402

@@ -33,10 +33,11 @@ from rl_trace_observer.integrations.ray.collect import collect
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
 
+from .conftest import need
 from .corpus.cluster_run import OFFSET_NS, build_cluster_run
 from .ray_cluster import local_ray_cluster
 
-ray = pytest.importorskip("ray")
+ray = need("ray")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 NAMES = {"node_a": "a", "node_b": "b", "node_c": "c"}

@@ -32,10 +32,10 @@ from rl_trace_observer.cli.main import main as cli_main
 from rl_trace_observer.integrations.ray.collect import CollectReport, collect, collect_if_configured
 from rl_trace_observer.integrations.ray.collect_dest import INDEX_NAME, REPORT_NAME
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, need
 from .ray_cluster import local_ray_cluster
 
-ray = pytest.importorskip("ray")
+ray = need("ray")
 
 pytestmark = pytest.mark.slow
 NAMES = ("node_a", "node_b", "node_c")

@@ -15,7 +15,7 @@ import pytest
 
 from rl_trace_observer.demo.model import EOS, PROMPT_LEN, VOCAB, PolicyEngine, prompts_for, reward_of
 
-from .conftest import DEMO_STEPS
+from .conftest import DEMO_STEPS, need
 
 STAGE_SQL = (
     "select name, count(*) as n from slice where name in "
@@ -202,7 +202,7 @@ def test_engine_is_deterministic_and_stops_at_eos() -> None:
 
 def test_rollout_engine_matches_the_torch_policy() -> None:
     """The weight-sync format is right: pure-Python inference gives torch's log-probs."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from rl_trace_observer.demo.trainer import TinyPolicy
 
     policy = TinyPolicy()

@@ -39,7 +39,7 @@ from rl_trace_observer.merge.clock.pairs import (
 )
 from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_profile
 
-from .conftest import clean_env, run_python
+from .conftest import clean_env, need, run_python
 
 T0 = 1_767_225_600_000_000_000
 US = 1_000
@@ -407,7 +407,7 @@ def test_stage_pairs_from_a_real_torch_profile(tmp_path: Path) -> None:
     """Real Kineto output (baseTimeNanoseconds + relative µs) inside spans timed with time.time_ns, as
     VERL's DistProfiler.annotate nests record_function in RL-Insight's trace_state: every region pairs
     with its stage, the bounds hold the true offset (the same host clock: 0) and nothing needs moving."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
     stages = []

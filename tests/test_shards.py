@@ -35,10 +35,10 @@ from rl_trace_observer.merge.shards.dataset import Shards
 from rl_trace_observer.merge.shards.sink import ShardSink
 from rl_trace_observer.merge.shards.spec import ProcMeta, ShardSpec
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, need
 from .corpus.cluster_run import ACTOR_PID, OFFSET_NS, build_cluster_run
 
-pa = pytest.importorskip("pyarrow")
+pa = need("pyarrow")
 
 
 @pytest.fixture(scope="module")

@@ -26,12 +26,12 @@ from rl_trace_observer.capture import configure, reset
 from rl_trace_observer.capture import requests as rq
 from rl_trace_observer.integrations.verl import contract, requests, rollout_servers, staleness, weight_sync
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 from .trace_files import event_logs, read_jsonl
 
-llm_server = pytest.importorskip("verl.workers.rollout.llm_server")
-np = pytest.importorskip("numpy")
-torch = pytest.importorskip("torch")
+llm_server = need("verl.workers.rollout.llm_server")
+np = need("numpy")
+torch = need("torch")
 from verl.checkpoint_engine.base import CheckpointEngineManager  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
@@ -76,7 +76,7 @@ def events(rec: Any) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def ray_node() -> Iterator[Any]:
     """A local one-node Ray cluster for the client's round trips (VERL's balancer, the server)."""
-    ray = pytest.importorskip("ray")
+    ray = need("ray")
     from .ray_cluster import local_ray_cluster
 
     with local_ray_cluster(["rollout_node"], "rlh"):
