@@ -79,6 +79,16 @@ def need_all(*modules: str) -> None:
         need(module)
 
 
+def requires(*modules: str) -> pytest.MarkDecorator:
+    """A skipif mark naming the first missing module's extra (modules looked up, not imported)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    extra = EXTRAS[missing[0]] if missing else ""
+    reason = f"needs {missing[0]}: the '{extra}' extra ({FULL_INSTALL})" if missing else ""
+    return pytest.mark.skipif(bool(missing), reason=reason)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without any RL_TRACE_*/RL_INSIGHT_*/VERL_* leaking between tests."""
     env = {

@@ -15,7 +15,7 @@ import pytest
 
 from rl_trace_observer.demo.model import EOS, PROMPT_LEN, VOCAB, PolicyEngine, prompts_for, reward_of
 
-from .conftest import DEMO_STEPS, need
+from .conftest import DEMO_STEPS, need, requires
 
 STAGE_SQL = (
     "select name, count(*) as n from slice where name in "
@@ -164,6 +164,7 @@ def test_demo_report_has_the_rollout_section(demo: dict[str, Any]) -> None:
     assert [s["version"] for s in ro["weight_sync"]["syncs"]] == [0, 1, 2]  # sync mode: on-policy
 
 
+@requires("ray", "torch", "rl_insight")  # the demo checks what it runs on first
 def test_out_dir_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("taken")
     res = subprocess.run(

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import clean_env, run_python
+from .conftest import clean_env, requires, run_python
 from .trace_files import event_logs, process_records, spans
+
+pytestmark = requires("rl_insight")
 
 LOCAL_URL = "local://rl-trace-observer"
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, requires
 from .trace_files import event_logs, process_records, spans
 from .verl_e2e.assets import build_all
 from .verl_e2e.run_ppo import ppo_env, run_ppo
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), requires("verl", "ray", "torch", "rl_insight")]
 
 STEPS, PROFILED = 3, 2
 VARIANTS: dict[str, dict[str, Any]] = {
