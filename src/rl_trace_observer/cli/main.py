@@ -20,8 +20,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"rl-trace {version('rl-trace-observer')}")
+        except PackageNotFoundError:  # run from a source tree without an install
+            typer.echo("rl-trace (not installed: no version)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+) -> None:
     """RL Trace Observer: one correct Perfetto timeline for a distributed RL training run."""
 
 
