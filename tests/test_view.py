@@ -137,4 +137,5 @@ def test_cli_missing_file(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert res.returncode == 1 and "nope.pftrace" in res.stderr and res.stderr.count("\n") == 1
+    # a missing input is a usage error in every subcommand (cli/errors.py)
+    assert res.returncode == 2 and "nope.pftrace" in res.stderr and res.stderr.count("\n") == 1

@@ -160,6 +160,9 @@ def register(app: typer.Typer) -> None:
         out_dir = Path(out) if out else default_out_dir()
         if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
             raise typer.BadParameter(f"{out_dir} exists and is not an empty directory", param_hint="--out")
+        from .errors import check_output
+
+        check_output(str(out_dir), "--out", directory=True)
         cfg = DemoConfig(steps=steps, mode=mode, profile_steps=(min(profile_step, steps),))
         err = Console(stderr=True)
         try:

@@ -37,7 +37,11 @@ def register(app: typer.Typer) -> None:
         from ..analysis.answers import diff as d
         from ..analysis.answers import diff_render as r
         from ..capture.atomic import write_atomic
+        from .errors import check_output, make_parent, require_inputs
 
+        require_inputs(a, b)
+        check_output(html, "--html")
+        check_output(json_path, "--json")
         try:
             thresholds = [d.Threshold.parse(t) for t in fail_if or []]
         except d.DiffError as exc:
@@ -56,6 +60,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: no steps to compare in {a} and {b} (no stage spans?)", err=True)
             raise typer.Exit(1)
         try:
+            make_parent(html)
+            make_parent(json_path)
             if html:
                 write_atomic(Path(html), r.html(result).encode("utf-8"))
             if json_path:

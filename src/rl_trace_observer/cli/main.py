@@ -1,7 +1,7 @@
 """``rl-trace`` entry point. Each subcommand lives in its own module and registers itself here.
 
 Exit codes: 0 success, 1 runtime failure (one stderr line naming the file and the fix),
-2 usage error (typer/click's own convention).
+2 usage error (typer/click's own convention; an input path that does not exist is one): cli/errors.py.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except OSError as exc:  # any subcommand: one line naming the path, never a traceback
+        from .errors import os_error_line
+
+        typer.echo(os_error_line(exc), err=True)
+        return 1
     return 0
 
 

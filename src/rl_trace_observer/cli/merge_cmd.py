@@ -148,7 +148,11 @@ def register(app: typer.Typer) -> None:
         from ..merge.options import MergeOptions, UsageError
         from ..merge.pipeline import merge, merge_steps
         from ..merge.plan.selection import parse_steps, parse_time_window
+        from .errors import check_output
 
+        check_output(output, "-o/--output")
+        check_output(manifest, "--manifest")
+        check_output(shards, "--shards", directory=True)
         try:
             opts = MergeOptions(
                 run=run,

@@ -38,9 +38,16 @@ def register(app: typer.Typer) -> None:
         from ..analysis.report.load import TraceError
         from ..analysis.report.output import summarize, write_outputs
         from ..analysis.report.terminal import render
+        from .errors import check_output, make_parent, require_inputs
 
+        require_inputs(input)
+        check_output(html, "--html")
+        check_output(json_path, "--json")
+        check_output(critical_path, "--critical-path")
         try:
             summary = summarize(input, manifest=manifest)
+            for path in (html, json_path, critical_path):
+                make_parent(path)
             written = write_outputs(summary, html=html, json_path=json_path)
         except (InputError, TraceError) as exc:
             typer.echo(f"error: {exc}", err=True)

@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         from ..analysis.answers.sql_format import query as run_query
         from ..analysis.answers.sql_format import to_csv, to_json, to_rich
         from ..analysis.report.load import TraceError
+        from .errors import check_output, make_parent, require_inputs
 
         if as_csv and as_json:
             typer.echo("error: give --csv or --json, not both", err=True)
@@ -41,6 +42,8 @@ def register(app: typer.Typer) -> None:
         if output and not (as_csv or as_json):
             typer.echo("error: --output needs --csv or --json", err=True)
             raise typer.Exit(2)
+        require_inputs(input)
+        check_output(output, "-o/--output")
         try:
             result = run_query(input, query)
         except (SqlError, TraceError) as exc:
@@ -51,6 +54,7 @@ def register(app: typer.Typer) -> None:
             if output:
                 from ..capture.atomic import write_atomic
 
+                make_parent(output)
                 write_atomic(Path(output), data)
                 typer.echo(f"wrote {output} ({len(result.rows)} rows)", err=True)
             else:

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(
                 f"error: {trace}: no such trace file; run `rl-trace merge … -o {trace}` first", err=True
             )
-            raise typer.Exit(1)
+            raise typer.Exit(2)
         try:
             server = TraceFileServer(trace, port)
         except OSError as exc:
