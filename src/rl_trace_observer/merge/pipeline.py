@@ -55,18 +55,14 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
         sources = discover(inputs)
     except InputError as exc:
         raise UsageError(str(exc)) from exc
-    resolved = out_path.resolve()
-    for src in sources:
-        if src.protocol in ("file", "local") and Path(src.path).resolve() in (
-            resolved,
-            manifest_path.resolve(),
-        ):
-            raise UsageError(f"{output}: is one of the inputs; choose another output path")
+    own = (out_path.resolve(), manifest_path.resolve())
+    sources, earlier_outputs = _without_own_outputs(sources, inputs, own, output)
     manifest = new_manifest(str(out_path), fmt, [str(i) for i in inputs], _options_dict(opts))
     problems: list[Problem] = []
     started = time.monotonic()
     try:
         plan = plan_sources(sources)
+        plan.ignored.extend(earlier_outputs)
         problems = plan.problems
         windows = select(plan, Selection(opts.run, opts.steps, opts.roles))
         apply_records_to_artifacts(plan)
@@ -91,6 +87,28 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     write_manifest(manifest_path, manifest)
     code = 0 if written and not (opts.strict and manifest["problems"]) else 1
     return MergeResult(str(out_path), str(manifest_path), manifest, code, problems)
+
+
+def _without_own_outputs(
+    sources: list[Any], inputs: list[str], own: tuple[Path, ...], output: str
+) -> tuple[list[Any], list[str]]:
+    """Merged outputs found in an input directory — this merge's own from its previous run, or any
+    file beside its ``<name>.manifest.json`` — are skipped (and listed as ignored); this merge's
+    output named as an input itself is a usage error."""
+    named = {Path(i).resolve() for i in inputs if "://" not in i}
+    manifests = {s.path for s in sources if s.path.endswith(".manifest.json")}
+    kept, skipped = [], []
+    for src in sources:
+        local = src.protocol in ("file", "local")
+        if local and Path(src.path).resolve() in own:
+            if Path(src.path).resolve() in named:
+                raise UsageError(f"{output}: is one of the inputs; choose another output path")
+            skipped.append(src.url)
+        elif f"{src.path}.manifest.json" in manifests:
+            skipped.append(src.url)
+        else:
+            kept.append(src)
+    return kept, skipped
 
 
 def _shards_ready(shards: str) -> None:
