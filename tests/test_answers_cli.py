@@ -101,7 +101,7 @@ def test_diff_cli_exit_codes_and_outputs(tmp_path: Path) -> None:
     usage = cli("diff", str(a), str(b), "--fail-if", "update=10")
     assert usage.returncode == 2 and "expected KEY>VALUE" in usage.stderr
     missing = cli("diff", str(a), str(tmp_path / "nope.json.gz"))
-    assert missing.returncode == 1 and "nope.json.gz" in missing.stderr
+    assert missing.returncode == 2 and "nope.json.gz" in missing.stderr  # a usage error everywhere
 
 
 # -------------------------------------------------------------------------------------------- sql
@@ -136,7 +136,7 @@ def test_sql_errors_are_one_line(tmp_path: Path) -> None:
     proc = cli("sql", str(not_trace), "SELECT 1")
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "x.txt" in proc.stderr
     proc = cli("sql", str(tmp_path / "missing"), "SELECT 1")
-    assert proc.returncode == 1 and "missing" in proc.stderr
+    assert proc.returncode == 2 and "missing" in proc.stderr  # a usage error everywhere
 
 
 # ------------------------------------------------------------------------------- the demo run

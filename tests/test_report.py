@@ -645,7 +645,8 @@ def test_cli_report(tmp_path: Path) -> None:
 
 def test_cli_errors(tmp_path: Path) -> None:
     res = _cli("report", str(tmp_path / "missing.json"))
-    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "missing.json" in res.stderr
+    # a missing input is a usage error in every subcommand (cli/errors.py)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "missing.json" in res.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     res = _cli("report", str(bad))
