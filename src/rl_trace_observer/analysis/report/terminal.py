@@ -12,7 +12,17 @@ from rich.text import Text
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
-from .style import LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
+from .style import (
+    LABELS,
+    OVERLAP_KEYS,
+    SLOWEST_NOTE,
+    SLOWEST_TITLE,
+    STEP_TABLE_NOTE,
+    fmt_ns,
+    fmt_pct,
+    fmt_value,
+    step_label,
+)
 
 MAX_STEP_ROWS = 50
 MAX_RANK_TABLES = 4
@@ -97,7 +107,7 @@ def _overlap_table(summary: dict[str, Any], compact: bool) -> Table:
 
 
 def _stragglers_table(summary: dict[str, Any], limit: int, compact: bool) -> Table:
-    table = _table("Stragglers (slowest lane per stage vs the median)", compact)
+    table = _table(SLOWEST_TITLE, compact)
     cols = (
         ("step", "role", "stage", "slowest", "lag")
         if compact
@@ -186,6 +196,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
     else:
         console.print(_steps_table(summary, compact))
+        console.print(_t(STEP_TABLE_NOTE))
         focus = [s for s in summary["steps"] if s["profiled"]] or summary["steps"]
         for st in focus[:MAX_RANK_TABLES]:
             console.print(_rank_table(st, compact))
@@ -193,6 +204,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
     _plain(console, answer_tables(summary, top=top), compact)
     if summary["stragglers"]:
         console.print(_stragglers_table(summary, top, compact))
+        console.print(_t(SLOWEST_NOTE))
     if summary["longest_spans"]:
         console.print(_longest_table(summary, compact))
     metrics = _metrics_table(summary, 3 * top, compact)
@@ -204,7 +216,9 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
 
 def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool) -> None:
     """The rollout section (:mod:`.rollout_tables`): requests, tail, replicas, weight sync, staleness."""
-    _plain(console, rollout_tables(summary.get("rollout"), slowest=top), compact)
+    _plain(
+        console, rollout_tables(summary.get("rollout"), slowest=top, windows=summary.get("steps")), compact
+    )
 
 
 def _plain(console: Console, tables: list[Any], compact: bool) -> None:
