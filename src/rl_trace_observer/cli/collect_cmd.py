@@ -77,7 +77,7 @@ def _convert(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("collect")
+    @app.command("collect", short_help="Copy every node's RL_TRACE_OUTPUT_DIR over Ray into one place.")
     def collect_command(
         to: str = typer.Option(
             ..., "--to", help="Directory or fsspec URL (s3://, gs://, file://) to collect into."

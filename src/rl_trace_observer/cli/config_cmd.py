@@ -9,7 +9,7 @@ from ..capture.encoding import dumps_pretty
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("config")
+    @app.command("config", short_help="Show every RL_TRACE_* variable and its value here.")
     def config_command(
         markdown: bool = typer.Option(False, "--markdown", help="Print the README's settings table."),
     ) -> None:

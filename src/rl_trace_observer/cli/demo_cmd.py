@@ -127,7 +127,7 @@ def _missing_packages() -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo")
+    @app.command("demo", short_help="Run the embedded demo end to end on a local Ray cluster.")
     def demo_command(
         out: str | None = typer.Option(
             None,

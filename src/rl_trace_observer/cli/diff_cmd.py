@@ -9,7 +9,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("diff")
+    @app.command("diff", short_help="Compare two runs per stage and role, against the noise.")
     def diff_command(
         a: str = typer.Argument(
             ..., metavar="A", help="Baseline: a report JSON, a merged trace, shards or a run."
@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: cannot write the diff ({exc})", err=True)
             raise typer.Exit(1) from None
         if not quiet:
-            Console().print(r.terminal(result))
+            console = Console()
+            console.print(r.terminal(result, width=console.width))
         for path in (html, json_path):
             if path:
                 typer.echo(f"wrote {path}", err=True)

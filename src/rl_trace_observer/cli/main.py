@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: fits 80 columns (cli/help_text.py)
 )
 
 
@@ -61,9 +62,13 @@ def _load_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from typer.main import get_command
+
+    from .help_text import tidy
+
     _load_commands()
     try:
-        app(args=argv, prog_name="rl-trace", standalone_mode=True)
+        tidy(get_command(app)).main(args=argv, prog_name="rl-trace", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -10,10 +10,13 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("report")
+    @app.command("report", short_help="Where each step's time went: terminal, HTML and JSON.")
     def report_command(
         input: str = typer.Argument(
-            ..., metavar="INPUT", help="A merged trace (.json, .json.gz) or a run directory to merge first."
+            ...,
+            metavar="INPUT",
+            help="A merged trace (.json.gz, .json; a .pftrace whose merge wrote --shards), span shards "
+            "(merge --shards DIR) or a run directory to merge first.",
         ),
         html: str | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         json_path: str | None = typer.Option(

@@ -14,7 +14,9 @@ category, ts_ns, dur_ns, end_ns, source, args), trace (base_ns, source); macro s
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("sql", epilog=TABLES_HELP)
+    @app.command(
+        "sql", epilog=TABLES_HELP, short_help="Query the run's span table with SQL (DuckDB, offline)."
+    )
     def sql_command(
         input: str = typer.Argument(
             ...,
@@ -63,4 +65,5 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        Console().print(to_rich(result))
+        console = Console()
+        console.print(to_rich(result, width=console.width))

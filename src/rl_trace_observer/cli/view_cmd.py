@@ -8,14 +8,12 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("view")
+    @app.command("view", short_help="Serve a trace on 127.0.0.1 and print the Perfetto link.")
     def view_command(
         trace_arg: str = typer.Argument(
             ..., metavar="TRACE", help="A merged trace: .pftrace, .pftrace.gz, .json or .json.gz."
         ),
-        port: int = typer.Option(
-            0, "--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one)."
-        ),
+        port: int = typer.Option(0, "--port", min=0, max=65535, help="Port on 127.0.0.1; 0: a free one."),
     ) -> None:
         """Serve TRACE on 127.0.0.1 only and print the Perfetto UI link (and the offline viewer)."""
         from ..analysis.view_server import TraceFileServer, deep_link, vizviewer_command

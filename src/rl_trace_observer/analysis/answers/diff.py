@@ -9,8 +9,9 @@ trace, span shards, a run directory). Series, one value per step:
 
 Per series: the mean over steps of A and of B, ``delta_ns`` = B − A, ``delta_pct`` against A, and a
 noise band ``noise_ns`` = 2·√(s²_A/n_A + s²_B/n_B) from the step-to-step spread (s: the sample
-standard deviation; 0 with one step): a change inside it is ``within_noise``. Rows are ranked by
-how far the change is outside the band, then by size.
+standard deviation; 0 with one step): a change inside it is ``within_noise``; ``noise_known`` is
+false when a side has exactly one step (no spread, no band: the verdict is then ``no band``, or ``same`` for
+an exact tie). Rows are ranked by how far the change is outside the band, then by size.
 
 Thresholds (``--fail-if``): ``KEY OP VALUE`` — KEY a series (``step``, ``trainer/update``) or a
 category (``update``: every role's), OP ``>`` or ``<``, VALUE a signed number with ``%``, ``ns``,
@@ -79,6 +80,13 @@ def _stats(values: list[float]) -> tuple[float, float]:
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], *, skip_first: int = 0) -> dict[str, Any]:
+    for side, summary in (("A", a), ("B", b)):
+        n = len(summary.get("steps") or [])
+        if skip_first and n and skip_first >= n:
+            raise DiffError(
+                f"--skip-first {skip_first} leaves no step of {side} ({n} step(s)): "
+                f"use --skip-first {n - 1} or less"
+            )
     sa, sb = series(a, skip_first), series(b, skip_first)
     rows = []
     for key in sorted(set(sa) | set(sb)):
@@ -100,6 +108,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, skip_first: int = 0) -> dic
                 "delta_pct": round(100.0 * delta / ma, 2) if ma else None,
                 "noise_ns": round(noise),
                 "within_noise": abs(delta) <= noise,
+                "noise_known": na != 1 and nb != 1,  # every side with steps has a spread
                 "a_steps": na,
                 "b_steps": nb,
             }

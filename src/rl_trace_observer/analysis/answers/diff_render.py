@@ -22,32 +22,46 @@ def _cells(row: dict[str, Any]) -> list[str]:
         f"{sign}{fmt_ns(row['delta_ns'])}",
         pct,
         f"±{fmt_ns(row['noise_ns'])}",
-        "noise" if row["within_noise"] else "CHANGED",
+        verdict(row),
     ]
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """``noise`` inside the band, ``CHANGED`` outside it; with one step on a side there is no band
+    (no spread to estimate it from), so only an exact tie is ``same``."""
+    if row["delta_ns"] == 0:
+        return "same"
+    if not row.get("noise_known", True):
+        return "no band"
+    return "noise" if row["within_noise"] else "CHANGED"
 
 
 HEADERS = ["series (per step)", "A", "B", "B − A", "%", "noise band", "verdict"]
 
 
-def terminal(result: dict[str, Any], limit: int = MAX_TERMINAL_ROWS) -> Any:
-    from rich.table import Table
+CAPTION = "ranked by how far each change lies outside its noise band (2 standard errors)"
+
+
+def terminal(result: dict[str, Any], limit: int = MAX_TERMINAL_ROWS, width: int = 200) -> Any:
+    """The table for a terminal ``width`` columns wide: the series (what a user greps for) and the
+    verdict are never cut; a narrow one leaves out B − A first (``%`` and the band remain)."""
+    from rich.console import Group
     from rich.text import Text
 
-    table = Table(
-        title=f"rl-trace diff: A = {result['a']}  B = {result['b']}",
-        title_justify="left",
-        caption="ranked by how far each change lies outside its noise band (2 standard errors)",
+    from ..report.rollout_tables import PlainTable
+    from ..report.terminal import COMPACT_BELOW, plain_table
+
+    rows = result["rows"][:limit]
+    plain = PlainTable(
+        f"rl-trace diff: A = {result['a']}  B = {result['b']}",
+        HEADERS,
+        [_cells(r) for r in rows],
+        left=(0, 6),
+        short={0: "series", 5: "noise"},
+        drop=(3, 1),
+        styles=["" if verdict(r) != "CHANGED" else ("red" if r["delta_ns"] > 0 else "green") for r in rows],
     )
-    widest = max((len(r["key"]) for r in result["rows"][:limit]), default=10)
-    for i, h in enumerate(HEADERS):
-        # the series name is what a user greps for: never cut it
-        width = min(widest, 48) if i == 0 else None
-        table.add_column(h, justify="left" if i in (0, 6) else "right", overflow="fold", min_width=width)
-    for row in result["rows"][:limit]:
-        cells = _cells(row)
-        style = "" if row["within_noise"] else ("red" if row["delta_ns"] > 0 else "green")
-        table.add_row(*(Text(c) for c in cells), style=style)
-    return table
+    return Group(plain_table(plain, width < COMPACT_BELOW, width), Text(CAPTION, style="dim"))
 
 
 def html(result: dict[str, Any]) -> str:

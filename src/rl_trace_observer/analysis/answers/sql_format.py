@@ -54,14 +54,33 @@ def to_json(result: Result) -> bytes:
     return orjson.dumps(records, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def to_rich(result: Result, limit: int = TERMINAL_ROWS) -> Any:
+def to_rich(result: Result, limit: int = TERMINAL_ROWS, width: int = 200) -> Any:
+    """A terminal table; narrower than 130 columns it loses its borders, and the first column (what
+    a row is about) keeps its whole width (up to 40) where the others can still wrap to fit."""
+    from ..report.terminal import fits
+
+    cells = [["" if v is None else str(v) for v in row] for row in result.rows[:limit]]
+    key = min(max((len(r[0]) for r in cells if r), default=1), 40)
+    table = _table(result, cells, limit, width, key)
+    return table if fits(table, width) else _table(result, cells, limit, width, None)
+
+
+def _table(result: Result, cells: list[list[str]], limit: int, width: int, key: int | None) -> Any:
+    from rich import box
     from rich.table import Table
 
-    table = Table(show_lines=False, caption=_caption(result, limit))
-    for column in result.columns:
-        table.add_column(column, overflow="fold")
-    for row in result.rows[:limit]:
-        table.add_row(*["" if v is None else str(v) for v in row])
+    narrow = width < 130
+    table = Table(
+        show_lines=False,
+        caption=_caption(result, limit),
+        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+        show_edge=not narrow,
+        pad_edge=not narrow,
+    )
+    for i, column in enumerate(result.columns):
+        table.add_column(column, overflow="fold", min_width=key if i == 0 else None)
+    for row in cells:
+        table.add_row(*row)
     return table
 
 

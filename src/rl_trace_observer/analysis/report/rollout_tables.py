@@ -15,11 +15,16 @@ MAX_SYNCS = 12
 
 @dataclass
 class PlainTable:
+    """Column 0 is the key (what a row is about): a narrow terminal never cuts it."""
+
     title: str
     headers: list[str]
     rows: list[list[str]] = field(default_factory=list)
     left: tuple[int, ...] = ()  # text columns (left-aligned)
     note: str = ""
+    short: dict[int, str] = field(default_factory=dict)  # headers on a narrow terminal
+    drop: tuple[int, ...] = ()  # columns a narrow terminal leaves out first, in this order
+    styles: list[str] = field(default_factory=list)  # per row, for the terminal (e.g. "red")
 
 
 def _v(value: Any) -> str:
@@ -92,7 +97,9 @@ def tables(
             "trainer during tail",
             "imbalance",
         ],
-        left=(8,),
+        left=(8, 9),
+        short={1: "reqs", 7: "tail reqs", 8: "trainer in tail"},
+        drop=(3, 7, 8),
         note=f"{rollout['requests']} requests, {rollout['linked']} seen by client and server"
         + (
             f", {rollout['validation_requests']} validation requests not counted"
@@ -150,6 +157,8 @@ def tables(
             "status",
         ],
         left=(0, 9),
+        short={0: "request", 2: "repl."},
+        drop=(4, 8, 9),
     )
     for r in rollout["slowest"][:slowest]:
         turn = "—" if r["turn"] is None else f"{r['turn']}/{_v(r['turns'])}"
@@ -186,6 +195,8 @@ def tables(
             ],
             left=(3, 6),
             note=WEIGHT_SYNC_NOTE,
+            short={4: "slowest"},
+            drop=(6, 3, 7),
         )
         for s in ws["syncs"][:MAX_SYNCS]:
             worst = next((r for r in s["replicas"] if r["replica"] == s["slowest_replica"]), None)

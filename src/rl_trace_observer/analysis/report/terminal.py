@@ -47,7 +47,15 @@ SHORT = {
 def _table(title: str, compact: bool) -> Table:
     """Narrow terminals get borderless tables and short headers rather than wrapped cells."""
     if compact:
-        return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+        return Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            padding=(0, 1),
+            show_edge=False,
+            collapse_padding=True,
+        )
     return Table(title=title, title_justify="left")
 
 
@@ -223,11 +231,69 @@ def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool)
 
 def _plain(console: Console, tables: list[Any], compact: bool) -> None:
     for plain in tables:
-        table = _table(plain.title, compact)
-        for i, header in enumerate(plain.headers):
-            table.add_column(header, justify="left" if i in plain.left else "right")
-        for row in plain.rows:
-            table.add_row(*(_t(c) for c in row))
-        console.print(table)
+        console.print(plain_table(plain, compact, console.width))
         if plain.note:
             console.print(_t(plain.note))
+
+
+MAX_KEY_WIDTH = 40  # a longer key wraps rather than crowding every other column out
+TEXT_MIN_WIDTH = 12
+
+
+def _min_widths(plain: Any, headers: list[str]) -> list[int]:
+    """The narrowest each column may get without cutting anything: a number or the key never wraps,
+    a header wraps by word, other text by word (down to TEXT_MIN_WIDTH)."""
+    out = []
+    for i, header in enumerate(headers):
+        cells = [str(row[i]) for row in plain.rows]
+        word = max((len(w) for w in header.split()), default=1)
+        if i == 0:
+            width = min(max((len(c) for c in cells), default=1), MAX_KEY_WIDTH)
+        elif i in plain.left:
+            longest = max((len(w) for c in cells for w in c.split()), default=1)
+            width = min(max(longest, 1), TEXT_MIN_WIDTH)
+        else:
+            width = max((len(c) for c in cells), default=1)
+        out.append(max(width, word))
+    return out
+
+
+def plain_table(plain: Any, compact: bool, width: int) -> Table:
+    """A :class:`PlainTable` for this terminal: on a narrow one, short headers, and columns of
+    ``plain.drop`` left out (in that order) until the rest fits; the key column is never cut."""
+    headers = [plain.short.get(i, h) if compact else h for i, h in enumerate(plain.headers)]
+    mins = _min_widths(plain, headers)
+    shown = list(range(len(headers)))
+    left_out: list[str] = []
+    pending = list(plain.drop) if compact else []
+    while True:
+        title = plain.title + (f" (narrow terminal: without {', '.join(left_out)})" if left_out else "")
+        table = _table(title, compact)
+        for i in shown:
+            text = i in plain.left or i == 0
+            table.add_column(
+                headers[i], justify="left" if text else "right", min_width=mins[i], overflow="fold"
+            )
+        for n, row in enumerate(plain.rows):
+            style = plain.styles[n] if n < len(plain.styles) else None
+            table.add_row(*(_t(row[i]) for i in shown), style=style or None)
+        if fits(table, width) or not compact:
+            return table
+        if not pending:  # still too wide: the key wraps between words too, rather than be cropped
+            for column in table.columns:
+                column.min_width = None
+            return table
+        drop = pending.pop(0)
+        shown.remove(drop)
+        left_out.append(headers[drop])
+
+
+def fits(table: Table, width: int) -> bool:
+    """Rendered at ``width``, no line is wider (rich crops a table whose minimums do not fit)."""
+    import io
+
+    from rich.cells import cell_len
+
+    console = Console(file=io.StringIO(), width=width)
+    console.print(table, crop=False)
+    return all(cell_len(line) <= width for line in console.file.getvalue().splitlines())
