@@ -64,11 +64,17 @@ def register(app: typer.Typer) -> None:
             render(summary, Console(), top=top)
         for path in written:
             typer.echo(f"wrote {path}", err=True)
+        if summary["source"].get("read_error"):
+            typer.echo(
+                f"warning: {summary['source']['read_error']}; reported on what the merge kept "
+                f"(rl-trace merge {input} -o FILE.json.gz keeps it too)",
+                err=True,
+            )
         if not summary["steps"]:
             typer.echo("warning: no RL-Insight stage spans or known stage names in this trace", err=True)
         if critical_path:  # the file that shows what the report just found
             typer.echo(f"next: rl-trace view {critical_path}", err=True)
-        elif Path(input).is_file():
+        elif Path(input).is_file() and not summary["source"].get("read_error"):
             typer.echo(f"next: rl-trace view {input}", err=True)
 
 

@@ -29,7 +29,9 @@ def register(app: typer.Typer) -> None:
         ),
         as_csv: bool = typer.Option(False, "--csv", help="Print CSV (every row)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON array of objects (every row)."),
-        output: str | None = typer.Option(None, "--output", "-o", help="Write CSV/JSON here instead."),
+        output: str | None = typer.Option(
+            None, "--output", "-o", help="Write CSV/JSON here instead (.csv or .json: the format too)."
+        ),
     ) -> None:
         """Query the run's flat span table with SQL (DuckDB, offline)."""
         from ..analysis.answers.sql import SqlError
@@ -41,9 +43,13 @@ def register(app: typer.Typer) -> None:
         if as_csv and as_json:
             typer.echo("error: give --csv or --json, not both", err=True)
             raise typer.Exit(2)
-        if output and not (as_csv or as_json):
-            typer.echo("error: --output needs --csv or --json", err=True)
-            raise typer.Exit(2)
+        if output and not (as_csv or as_json):  # the suffix says which
+            as_csv, as_json = output.lower().endswith(".csv"), output.lower().endswith(".json")
+            if not (as_csv or as_json):
+                typer.echo(
+                    f"error: --output {output}: name a .csv or .json file, or give --csv or --json", err=True
+                )
+                raise typer.Exit(2)
         require_inputs(input)
         check_output(output, "-o/--output")
         try:
@@ -51,6 +57,8 @@ def register(app: typer.Typer) -> None:
         except (SqlError, TraceError) as exc:
             typer.echo(f"error: {input}: {exc}" if str(input) not in str(exc) else f"error: {exc}", err=True)
             raise typer.Exit(1) from None
+        for note in result.notes:
+            typer.echo(f"note: {note}", err=True)
         if as_csv or as_json:
             data = to_csv(result).encode() if as_csv else to_json(result)
             if output:

@@ -7,6 +7,25 @@ from pathlib import Path
 import typer
 
 
+def not_a_trace(path: Path) -> str | None:
+    """Why Perfetto could not open ``path``, from its first bytes (gzip is looked into): None for
+    Chrome JSON (``{``/``[``) or Perfetto protobuf (a ``Trace.packet``: field 1, length-delimited)."""
+    import gzip
+    import zlib
+
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(31).decompress(head, 512)
+    except (OSError, zlib.error, gzip.BadGzipFile) as exc:
+        return f"cannot be read ({exc})"
+    start = head.lstrip()[:1]
+    if start in (b"{", b"[") or head[:1] == b"\x0a":
+        return None
+    return "not a trace file (neither Chrome JSON nor Perfetto protobuf)" if head else "an empty file"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("view", short_help="Serve a trace on 127.0.0.1 and print the Perfetto link.")
     def view_command(
@@ -24,6 +43,10 @@ def register(app: typer.Typer) -> None:
                 f"error: {trace}: no such trace file; run `rl-trace merge … -o {trace}` first", err=True
             )
             raise typer.Exit(2)
+        why = not_a_trace(trace)
+        if why:
+            typer.echo(f"error: {trace}: {why}", err=True)
+            raise typer.Exit(1)
         try:
             server = TraceFileServer(trace, port)
         except OSError as exc:

@@ -176,7 +176,10 @@ def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
         cols = ", ".join(f'"{c.name}" {types[c.type]}' for c in COLUMNS)
         con.execute(f"CREATE TABLE spans ({cols})")
     con.execute(stage_macro())
-    con.execute("CREATE TABLE trace AS SELECT ?::BIGINT AS base_ns, ?::VARCHAR AS source", [base_ns, source])
+    # literals, not bound parameters: binding Python values makes DuckDB import pandas (~1 s a query)
+    con.execute(
+        f"CREATE TABLE trace AS SELECT {int(base_ns)}::BIGINT AS base_ns, '{_quote(source)}' AS source"
+    )
     _steps(con)
     con.execute(
         f"""CREATE VIEW stage_spans AS
@@ -210,7 +213,9 @@ def _steps(con: Any) -> None:
     windows = step_windows(markers)
     con.execute("CREATE TABLE steps (step BIGINT, start_ns BIGINT, end_ns BIGINT, dur_ns BIGINT)")
     if windows:
-        con.executemany(
-            "INSERT INTO steps VALUES (?, ?, ?, ?)",
-            [(w.step, w.start_ns, w.end_ns, w.end_ns - w.start_ns) for w in windows],
+        values = ", ".join(
+            f"({'NULL' if w.step is None else int(w.step)}, {int(w.start_ns)}, {int(w.end_ns)}, "
+            f"{int(w.end_ns - w.start_ns)})"
+            for w in windows
         )
+        con.execute(f"INSERT INTO steps VALUES {values}")

@@ -16,8 +16,10 @@ TERMINAL_ROWS = 200
 
 
 class Result:
-    def __init__(self, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-        self.columns, self.rows = columns, rows
+    def __init__(
+        self, columns: list[str], rows: list[tuple[Any, ...]], notes: list[str] | None = None
+    ) -> None:
+        self.columns, self.rows, self.notes = columns, rows, notes or []
 
 
 def query(path: str, sql: str) -> Result:
@@ -25,6 +27,13 @@ def query(path: str, sql: str) -> Result:
     with open_run(path) as con:
         import duckdb
 
+        notes = []
+        (source,) = con.execute("SELECT source FROM trace").fetchone()
+        if str(source).endswith(" (converted)"):
+            notes.append(
+                f"{path} has no span shards, so it was converted for this query (again on every query; "
+                "flow ids, run and artifact are null): merge once with --shards DIR and query DIR"
+            )
         try:
             rel = con.execute(sql)
             columns = [d[0] for d in rel.description or []]
@@ -32,7 +41,7 @@ def query(path: str, sql: str) -> Result:
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SqlError(f"query failed: {first}") from None
-    return Result(columns, rows)
+    return Result(columns, rows, notes)
 
 
 def _plain(value: Any) -> Any:
@@ -57,12 +66,17 @@ def to_json(result: Result) -> bytes:
 def to_rich(result: Result, limit: int = TERMINAL_ROWS, width: int = 200) -> Any:
     """A terminal table; narrower than 130 columns it loses its borders, and the first column (what
     a row is about) keeps its whole width (up to 40) where the others can still wrap to fit."""
+    from rich.console import Group
+    from rich.text import Text
+
     from ..report.terminal import fits
 
     cells = [["" if v is None else str(v) for v in row] for row in result.rows[:limit]]
     key = min(max((len(r[0]) for r in cells if r), default=1), 40)
     table = _table(result, cells, limit, width, key)
-    return table if fits(table, width) else _table(result, cells, limit, width, None)
+    if not fits(table, width):
+        table = _table(result, cells, limit, width, None)
+    return Group(table, Text(_caption(result, limit), style="dim"))  # a caption would wrap to the table
 
 
 def _table(result: Result, cells: list[list[str]], limit: int, width: int, key: int | None) -> Any:
@@ -72,7 +86,6 @@ def _table(result: Result, cells: list[list[str]], limit: int, width: int, key: 
     narrow = width < 130
     table = Table(
         show_lines=False,
-        caption=_caption(result, limit),
         box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
         show_edge=not narrow,
         pad_edge=not narrow,

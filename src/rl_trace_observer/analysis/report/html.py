@@ -23,6 +23,7 @@ from .style import (
     fmt_ns,
     fmt_pct,
     fmt_value,
+    problem_groups,
     step_label,
     worst_arrival,
 )
@@ -226,7 +227,7 @@ def _provenance_section(summary: dict[str, Any]) -> str:
             [
                 esc(h["host"]),
                 esc(h["method"]),
-                esc(h["applied"]),
+                "yes" if h["applied"] is True else ("no" if h["applied"] is False else esc(h["applied"])),
                 esc(fmt_ns(h["offset_ns"])),
                 esc(fmt_ns(h["uncertainty_ns"])),
                 esc(fmt_value(h["drift_ppm"])),
@@ -245,12 +246,22 @@ def _provenance_section(summary: dict[str, Any]) -> str:
     out.append(f"<p>Merge status: <b>{esc(arts['status'])}</b>, {arts['problem_count']} problem(s).</p>")
     out.append(_table(["kind", "files", "complete", "incomplete", "skipped"], rows, (0,)))
     if arts["problems"]:
-        items = "".join(
-            f"<li class=warn>{esc(p['kind'])}: <code>{esc(p['path'])}</code>: {esc(p['detail'])}</li>"
-            for p in arts["problems"]
-        )
+        items = "".join(_problem_item(kind, group) for kind, group in problem_groups(arts["problems"]))
         out.append(f"<ul>{items}</ul>")
     return "".join(out)
+
+
+def _problem_item(kind: str, group: list[dict[str, Any]]) -> str:
+    """One line per kind of problem; the other files of that kind behind a <details> (no script)."""
+    first = group[0]
+    head = f"{esc(kind)}: <code>{esc(first['path'])}</code>: {esc(first['detail'])}"
+    if len(group) == 1:
+        return f"<li class=warn>{head}</li>"
+    rest = "".join(f"<li><code>{esc(p['path'])}</code>: {esc(p['detail'])}</li>" for p in group[1:])
+    return (
+        f"<li class=warn>{head}<details><summary>{len(group) - 1} more like it</summary>"
+        f"<ul>{rest}</ul></details></li>"
+    )
 
 
 def _stage_table(summary: dict[str, Any]) -> str:

@@ -45,6 +45,21 @@ STEP_TABLE_NOTE = (
 )
 
 
+def problem_groups(problems: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The merge's problems by kind, in order of first appearance: eight Kineto files without a process
+    record are one "unlinked" line, not eight."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in problems:
+        groups.setdefault(str(p.get("kind")), []).append(p)
+    return list(groups.items())
+
+
+def problem_line(kind: str, items: list[dict[str, Any]]) -> str:
+    first = items[0]
+    more = f" (+{len(items) - 1} more like it)" if len(items) > 1 else ""
+    return f"{kind}: {first.get('path')}: {first.get('detail')}{more}"
+
+
 def worst_arrival(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The sync point whose usual last lane kept the others waiting longest (median lag)."""
     rows = (summary.get("arrivals") or {}).get("summary") or []

@@ -21,6 +21,8 @@ from .style import (
     fmt_ns,
     fmt_pct,
     fmt_value,
+    problem_groups,
+    problem_line,
     step_label,
 )
 
@@ -186,8 +188,8 @@ def _provenance(console: Console, summary: dict[str, Any]) -> None:
         for k, v in arts["by_kind"].items()
     )
     console.print(Text(f"Artifacts ({arts['status']}): {kinds}; {arts['problem_count']} problem(s)"))
-    for p in arts["problems"][:10]:
-        console.print(Text(f"  {p['kind']}: {p['path']}: {p['detail']}"), style="yellow")
+    for kind, items in problem_groups(arts["problems"])[:10]:
+        console.print(Text(f"  {problem_line(kind, items)}"), style="yellow")
 
 
 def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
