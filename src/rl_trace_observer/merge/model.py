@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 __all__ = [
+    "FLOAT_US_EXACT_NS",
     "UNSET",
     "ArtifactInfo",
     "Event",
@@ -63,8 +64,16 @@ class Event(msgspec.Struct, omit_defaults=True, gc=False):
     args: Raw | UnsetType = UNSET
 
 
+# Below this many ns from its origin, the double ns / 1000 is the exact 3-decimal µs (its shortest
+# repr prints them) and us_to_ns gives the ns back: 2**43 µs, ~101.8 days. Farther out (a stale file
+# in a run directory, traces of different months on one timeline) half of the values miss by a ns.
+# Measured, 40,000 random values per band: 0 misses below; round(us * 1000) alone misses ~1 % of
+# them between ~26 and ~80 days already.
+FLOAT_US_EXACT_NS = 1000 << 43
+
+
 def us_to_ns(us: float) -> int:
-    """Exact ns from a µs float written with ≤3 decimals, for |us| < 2**43 (~100 days).
+    """Exact ns from a µs float written with ≤3 decimals, for |us| < 2**43 (~101.8 days).
 
     ``round(us * 1000)`` can be 1 ns off near 5e12 µs (Kineto's relative times): the product is
     rounded to a double whose spacing is already 1 ns. Splitting off the integer part first keeps

@@ -60,6 +60,7 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     manifest = new_manifest(str(out_path), fmt, [str(i) for i in inputs], _options_dict(opts))
     problems: list[Problem] = []
     started = time.monotonic()
+    shards_before = _files_under(opts.shards)
     try:
         plan = plan_sources(sources)
         plan.ignored.extend(earlier_outputs)
@@ -70,6 +71,7 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
         state = _run(plan, opts, fmt, out_path, windows, manifest)
         fill_manifest(manifest, plan, state)
     except Exception as exc:  # the manifest still says what was read and where it broke
+        _discard_new_files(opts.shards, shards_before)  # no half shard directory stays behind
         problems.append(Problem("incomplete", str(out_path), f"merge failed: {type(exc).__name__}: {exc}"))
         manifest["status"] = "failed"
         set_problems(manifest, problems)
@@ -87,6 +89,25 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     write_manifest(manifest_path, manifest)
     code = 0 if written and not (opts.strict and manifest["problems"]) else 1
     return MergeResult(str(out_path), str(manifest_path), manifest, code, problems)
+
+
+def _files_under(root: str | None) -> set[Path] | None:
+    """What a shard directory holds before this merge writes into it (None: no --shards)."""
+    if not root:
+        return None
+    folder = Path(root)
+    return {p for p in folder.rglob("*")} | {folder} if folder.exists() else set()
+
+
+def _discard_new_files(root: str | None, before: set[Path] | None) -> None:
+    """After a failed merge: remove what it wrote under ``root`` (parts, partition folders), deepest first."""
+    if not root or before is None or not Path(root).exists():
+        return
+    for path in sorted({*Path(root).rglob("*"), Path(root)} - before, key=lambda p: -len(p.parts)):
+        try:
+            path.rmdir() if path.is_dir() else path.unlink()
+        except OSError:  # not empty (a file it did not write) or gone: leave it
+            pass
 
 
 def _without_own_outputs(

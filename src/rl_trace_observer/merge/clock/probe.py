@@ -24,7 +24,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event
+from ..model import Event, us_to_ns
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
 
@@ -33,13 +33,18 @@ PROBED_KINDS = {"rl_insight": None, "torch": "user_annotation"}  # kind -> categ
 
 
 def stage_spans(
-    events: Iterable[Event], kind: str, relative_to_ns: int | None, unit_ns: int = 1000
+    events: Iterable[Event],
+    kind: str,
+    relative_to_ns: int | None,
+    unit_ns: int = 1000,
+    far: dict[int, int] | None = None,
 ) -> list[SpanSummary]:
     """The spans of one artifact the causality checks use, on the merged timeline in ns.
 
     ``relative_to_ns``: the events' ``ts``/``dur`` are already output units (µs, or ns when
     ``unit_ns`` is 1) relative to this base (the fused fast path, :mod:`..transform.fastpath`);
-    ``None``: they are absolute integer ns.
+    ``None``: they are absolute integer ns. ``far``: the exact ns of the events whose µs double does
+    not give them back (``fastpath.to_output``).
     """
     if kind not in PROBED_KINDS:
         return []
@@ -51,8 +56,13 @@ def stage_spans(
     for e in picked:
         ts: Any = e.ts
         dur: Any = e.dur
-        if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 for an integer y
-            ts, dur = relative_to_ns + round(ts * unit_ns), round(dur * unit_ns)
+        if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 (or ``far``) for an int y
+            exact = far.get(id(e)) if far else None
+            if exact is not None:
+                ts = relative_to_ns + exact
+            else:
+                ts = relative_to_ns + (us_to_ns(ts) if unit_ns == 1000 else int(ts))
+            dur = us_to_ns(dur) if unit_ns == 1000 else int(dur)
         pid, tid = e.pid, e.tid
         if isinstance(pid, int) and isinstance(tid, int):
             name = e.name if isinstance(e.name, str) else ""

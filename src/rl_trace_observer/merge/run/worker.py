@@ -168,14 +168,15 @@ def _emit(
     assert ctx.mapper is not None
     mapper = ctx.mapper
     in_order: dict[Any, bool] | None = None
+    far: dict[int, int] = {}  # the fused JSON path's events whose µs double misses the ns (fastpath)
     if fast:
-        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None)
+        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None, far)
     else:
         kept = run_passes(events, ctx)
     unit = 1 if pf is not None else 1000
     if sink is not None:  # span rows of exactly what the writers get (fast: output units from the base)
-        sink.add(kept, task, mapper, job.base_ns if fast else None, unit)
-    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit)  # clock checks
+        sink.add(kept, task, mapper, job.base_ns if fast else None, unit, far)
+    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit, far)  # clock checks
     out.read, out.dropped = (
         res.read - res.metadata,
         res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
@@ -216,6 +217,7 @@ def _fast(
     result: JobResult,
     hold: list[Event] | None = None,
     protobuf: bool = False,
+    far: dict[int, int] | None = None,
 ) -> tuple[list[Event], dict[Any, bool] | None]:
     """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then Chrome JSON is
     encoded here; for protobuf, times stay ns and the caller hands the events (and which threads are
@@ -236,6 +238,7 @@ def _fast(
         unit_ns=1 if protobuf else 1000,
         hold=hold,
         in_order=in_order,
+        far=None if protobuf else far,
     )
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi

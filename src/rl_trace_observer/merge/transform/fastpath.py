@@ -22,7 +22,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event, us_to_ns
+from ..model import FLOAT_US_EXACT_NS, Event, us_to_ns
 from ..readers.base import ReadResult
 from ..readers.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
@@ -30,6 +30,7 @@ from .nesting import by_lane, drop_victims, us_to_exact_ns
 from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
+FAR_NS = FLOAT_US_EXACT_NS  # ~101.8 days: from here on the µs double cannot hold the ns
 _ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R == round(x) for |x| < 2**51
 _FAST_DUR = 1 << 50  # durations below this round with _ROUNDER; above, with round()
 _OTHER_FLOWS = frozenset("ben")
@@ -47,6 +48,7 @@ def to_output(
     unit_ns: int = 1000,
     hold: list[Event] | None = None,
     in_order: dict[tuple[int, int], bool] | None = None,
+    far: dict[int, int] | None = None,
 ) -> tuple[list[Event], dict[str, int], int | None, int | None]:
     """Events in source units (µs, or ns when ``source_ns``) → output units relative to the base:
     µs for Chrome JSON (``unit_ns=1000``), ns for protobuf (``unit_ns=1``, integer-valued).
@@ -57,6 +59,10 @@ def to_output(
     rank's Proton files are read), as :meth:`..clock.partners.RankLinks.hold_flows` would set them aside.
     ``in_order`` (a dict): filled with, per merged thread, whether its slices came in Perfetto's order
     (by start, the longer first), so that a writer that needs that order can skip sorting them.
+    ``far`` (a dict, Chrome JSON): filled with ``id(event) -> ns`` for the events ``FAR_NS`` or more
+    from the base, whose µs double no longer holds the exact ns (:data:`..model.FLOAT_US_EXACT_NS`):
+    the span shards and the clock checks take their time from there; the JSON keeps the double, as
+    Perfetto reads it (its nesting is checked on that value, so the output imports without errors).
     """
     for e in [e for e in events if e.ph == "M"]:  # names first: identities depend on them
         result.metadata += 1
@@ -117,6 +123,8 @@ def to_output(
             else:
                 y = _exact(ts, shift_ns, source_ns)
                 e.ts = y / 1000 if unit_ns == 1000 else y  # int / int: correctly rounded whatever the size
+                if far is not None and not -FAR_NS < y < FAR_NS:
+                    far[id(e)] = y
             d: Any = e.dur
             if d is not unset:
                 dn = d * scale + rounder - rounder
