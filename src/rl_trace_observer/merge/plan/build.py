@@ -22,11 +22,13 @@ from ..identity import planned_pid
 from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
 from ..readers import ReadContext, reader_for, sniff
 from .hints import Hints, hints_for
+from .markers import Marker, read_markers, windows_from_markers
 from .plan import EVENT_KINDS, Plan, PlannedArtifact
 from .records import apply_record, link_records, process_from_record
 from .sources import Content, Source, fingerprint, read_content, read_head
 
 UNKNOWN_HOST = "unknown-host"
+MARKER_KIND = "rl_insight"  # the event logs that hold step markers (global_step, train_batch)
 _ROLE_ORDER = {
     "driver": 0, "trainer": 1, "taskrunner": 1, "actor": 2, "ref": 3, "critic": 4,
     "reward": 5, "rollout": 6, "tokenspeed": 7,
@@ -47,11 +49,12 @@ class Sniffed:
 @dataclass
 class Prepared:
     """Everything planning reads from one file, read where the file is: its head's verdict, its
-    duplicate fingerprint, and (process records) its content."""
+    duplicate fingerprint, (process records) its content and (RL-Insight logs) its step markers."""
 
     sniffed: Sniffed
     fingerprint: str | None = None
     content: Content | None = None
+    markers: tuple[Marker, ...] | None = None  # None: not read where the file is
 
 
 def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None = None) -> Plan:
@@ -70,6 +73,7 @@ def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None 
     link_records(plan)
     _place_unlinked(plan)
     _steps_from_records(plan)
+    _steps_from_markers(plan, known)
     return plan
 
 
@@ -97,7 +101,8 @@ def prepare(src: Source) -> Prepared:
     sniffed = sniff_source(src)
     content = read_content(src) if sniffed.kind == "process_record" else None
     print_ = fingerprint(src) if sniffed.kind not in ("unknown", "merge_output") else None
-    return Prepared(sniffed, print_, content)
+    markers = read_markers(src) if sniffed.kind == MARKER_KIND else None
+    return Prepared(sniffed, print_, content, markers)
 
 
 def _add(src: Source, sniffed: Sniffed, plan: Plan) -> None:
@@ -250,6 +255,28 @@ def _steps_from_records(plan: Plan) -> None:
                 source.setdefault(step, str(proc.key))
     plan.step_windows = {s: (w[0], w[1]) for s, w in sorted(found.items())}
     plan.step_sources = source
+
+
+def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
+    """Step windows from the RL-Insight logs' step markers (:mod:`.markers`), the report's own rule;
+    they replace the snapshot windows of :func:`_steps_from_records` (taken at profiled steps only)."""
+    found: list[Marker] = []
+    source: dict[int, str] = {}
+    for art in plan.artifacts:
+        if art.info.kind != MARKER_KIND:
+            continue
+        ready = known.get(art.source.url)
+        markers = (
+            ready.markers if ready is not None and ready.markers is not None else read_markers(art.source)
+        )
+        found += markers
+        for m in markers:
+            for n in m.numbers:
+                source.setdefault(n, art.info.path)
+    windows = windows_from_markers(found)
+    if windows:
+        plan.step_windows = {w.step: (w.start_ns, w.end_ns) for w in windows}
+        plan.step_sources = {w.step: source.get(w.step, "step markers") for w in windows}
 
 
 def order_processes(plan: Plan) -> None:

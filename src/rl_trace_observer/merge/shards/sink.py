@@ -185,7 +185,7 @@ class ShardSink:
             return pa.array([own] * n, pa.int64())
         step = pa.nulls(n, pa.int64())
         for lo, hi, number in reversed(self.spec.windows):  # the earliest window wins an overlap
-            inside = pc.and_(pc.greater_equal(ts, lo), pc.less_equal(ts, hi))
+            inside = pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi))  # [start, end), as the report
             step = pc.if_else(inside, pa.scalar(number, pa.int64()), step)
         return step
 
