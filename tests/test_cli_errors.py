@@ -7,8 +7,6 @@ a path whose parent is a regular file. Each command runs in a fresh interpreter,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +14,13 @@ import pytest
 
 from rl_trace_observer.cli.errors import os_error_line, user_path
 
-from .conftest import ROOT, clean_env
+from .cli_run import rl_trace
 from .corpus.cluster_run import build_cluster_run
 
 pytest.importorskip("pyarrow")
 
 # The commands that write nothing but stdout; every other one has unwritable-output cases below.
 NO_OUTPUT_OPTIONS = {"config", "view"}
-
-
-def rl_trace(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=clean_env(),
-        cwd=ROOT,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -11,19 +11,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT, clean_env
+from .cli_run import rl_trace
+from .conftest import clean_env
 from .corpus.cluster_run import build_cluster_run
-
-
-def rl_trace(*args: str, timeout: float = 180, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=clean_env(),
-        cwd=cwd,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ demo record them), two actor ranks with stage spans in every step, and a rollout
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from rl_trace_observer.capture import Recorder
 from rl_trace_observer.config import Config
 from rl_trace_observer.merge.plan.markers import STEP_MARKERS, marker, windows_from_markers
 
-from .conftest import ROOT, clean_env
+from .cli_run import rl_trace
 from .corpus.recorded import SetClock, record_process
 
 pytest.importorskip("pyarrow")
@@ -32,17 +30,6 @@ pytest.importorskip("duckdb")
 S, MS = 10**9, 10**6
 T0 = 1_750_000_000 * S
 STEPS = {1: (T0, T0 + 300 * MS), 2: (T0 + 300 * MS, T0 + 700 * MS), 3: (T0 + 700 * MS, T0 + 900 * MS)}
-
-
-def rl_trace(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_trace_observer.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=clean_env(),
-        cwd=ROOT,
-    )
 
 
 def _write_run(folder: Path) -> Path:
