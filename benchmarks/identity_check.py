@@ -182,7 +182,10 @@ def reports(name: str, out: Path) -> dict[str, Any]:
             **({"summary_sha256": doc_sha(summary, out)} if summary.exists() else {}),
             **({"critical_path_sha256": _gunzip_sha(path)} if path.exists() else {}),
         }
-    query = "SELECT step, role, stage, count(*), sum(dur_ns) FROM stage_spans GROUP BY ALL ORDER BY ALL"
+    query = (
+        "SELECT step, role, stage, count(*) AS n, sum(dur_ns) AS ns "
+        "FROM stage_spans GROUP BY ALL ORDER BY ALL"
+    )
     csv = folder / "sql.csv"
     code = cli("sql", str(folder / "shards-json.gz"), query, "--csv", "-o", str(csv))
     got["sql"] = {"exit": code, **({"sha256": sha(csv)} if csv.exists() else {})}
