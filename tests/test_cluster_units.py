@@ -23,12 +23,12 @@ from rl_trace_observer.cluster.gather import NodeRun, Receiver
 from rl_trace_observer.cluster.keys import Placement, for_node, job_key
 from rl_trace_observer.cluster.node import NodeJob, convert, inventory
 from rl_trace_observer.cluster.store import Store, StoreError
-from rl_trace_observer.merge.clock.choice import clock_plan
+from rl_trace_observer.merge.files.sources import Source
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import _base_hint
+from rl_trace_observer.merge.pipeline.clock import clock_plan
 from rl_trace_observer.merge.plan.build import apply_records_to_artifacts, order_processes, plan_sources
 from rl_trace_observer.merge.plan.selection import Selection, select
-from rl_trace_observer.merge.plan.sources import Source
 from rl_trace_observer.merge.run.execute import build_jobs
 
 from .conftest import ROOT, clean_env

@@ -9,11 +9,12 @@ import zlib
 import pytest
 from msgspec import UNSET, Raw
 
-from rl_trace_observer.merge import compress, identity
+from rl_trace_observer.merge.files import compress
+from rl_trace_observer.merge.formats import reader_for
+from rl_trace_observer.merge.formats.base import ReadContext, ReadResult
 from rl_trace_observer.merge.manifest.document import problem_summary
-from rl_trace_observer.merge.model import Event, ProcessKey, us_to_ns
-from rl_trace_observer.merge.readers import reader_for
-from rl_trace_observer.merge.readers.base import ReadContext, ReadResult
+from rl_trace_observer.merge.timeline import identity
+from rl_trace_observer.merge.timeline.model import Event, ProcessKey, us_to_ns
 from rl_trace_observer.merge.transform import passes
 
 T0 = 1_700_000_000_000_000_000

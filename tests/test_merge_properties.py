@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.merge.model import us_to_ns
+from rl_trace_observer.merge.formats import reader_for
+from rl_trace_observer.merge.formats.base import ReadContext
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
-from rl_trace_observer.merge.readers import reader_for
-from rl_trace_observer.merge.readers.base import ReadContext
+from rl_trace_observer.merge.timeline.model import us_to_ns
 
 BASE = 1_790_857_026_000_000_000  # a Kineto-style anchor (floored wall clock)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -483,7 +483,7 @@ def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
     from msgspec import Raw
 
     from rl_trace_observer.merge.clock.pair_apply import proton_scope_starts_of
-    from rl_trace_observer.merge.model import Event
+    from rl_trace_observer.merge.timeline.model import Event
 
     def events(ts: list[float | int]) -> list[Event]:
         return [
@@ -505,7 +505,7 @@ def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
 
 def test_glue_converts_stage_events_for_stage_pairs() -> None:
     from rl_trace_observer.merge.clock.pair_apply import as_span_dicts
-    from rl_trace_observer.merge.model import Event
+    from rl_trace_observer.merge.timeline.model import Event
 
     torch_events = [
         Event(ph="X", cat="user_annotation", name="actor_update", ts=10.5, dur=80.25),

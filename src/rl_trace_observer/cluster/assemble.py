@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.atomic import atomic_output
+from ..merge.files.spill import Spilled
+from ..merge.files.writeback import WritebackFile
 from ..merge.run.execute import RunState, close_output, fold, open_output, trace_header
 from ..merge.run.jobs import Job
-from ..merge.writers.spill import Spilled
-from ..merge.writers.writeback import WritebackFile
 from .node import JobDone
 from .store import Store
 
 if TYPE_CHECKING:
-    from ..merge.clock.choice import ClockChoice
+    from ..merge.pipeline.clock import ClockChoice
     from ..merge.plan.plan import Plan
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import __version__
-from ..merge.plan.sources import Source
+from ..merge.files.sources import Source
 from ..merge.run.jobs import Job, Task
 from .node import NodeJob, local_source
 

@@ -23,16 +23,16 @@ from ..integrations.ray.collect import SurveyedNode, connect, on_each_node, surv
 from ..integrations.ray.collect_copy import _one_line
 from ..integrations.ray.collect_dest import safe_name
 from ..integrations.ray.collect_expect import AmbiguousRun, dead_node_reports
+from ..merge.files.sources import Source
 from ..merge.manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
 from ..merge.manifest.fill import fill_manifest
-from ..merge.model import Problem
 from ..merge.options import MergeOptions, MergeResult, UsageError, output_format
 from ..merge.pipeline import _MAX_REBASES, _base_hint, _effective_windows, _floor_s
 from ..merge.plan.build import Prepared, apply_records_to_artifacts, order_processes, plan_sources
 from ..merge.plan.selection import Selection, select
-from ..merge.plan.sources import Source
 from ..merge.run.execute import build_jobs
 from ..merge.run.jobs import Job
+from ..merge.timeline.model import Problem
 from . import node as node_side
 from .assemble import NothingKept, assemble
 from .gather import NodeRun, gather
@@ -188,7 +188,7 @@ def _ray_merge(ray: Any, fmt: str, out: Path, opts: MergeOptions, copts: Cluster
     written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
     manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
     if written and opts.shards:
-        from ..merge.shards.document import finish
+        from ..merge.manifest.shard_document import finish
 
         finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
         manifest["shards"]["complete"] = not missing
@@ -213,7 +213,7 @@ def _convert(
     manifest: dict[str, Any],
 ) -> tuple[Any, list[tuple[Job, str]], dict[str, JobDone]]:
     """Plan the jobs, run what the store lacks on the nodes, stitch; re-plan the base if needed."""
-    from ..merge.clock.choice import clock_plan
+    from ..merge.pipeline.clock import clock_plan
 
     clock = clock_plan(plan, opts.clock_mode, opts.clock_tolerance_us)
     plan.problems.extend(clock.problems)

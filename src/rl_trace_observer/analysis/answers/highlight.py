@@ -10,7 +10,7 @@ OUT is the merged Chrome JSON trace with two additions, so Perfetto shows the pa
 
 The input is copied byte for byte (our writer ends the file with ``]}``: the events go in before it),
 so nothing else changes. Span shards or a ``.pftrace`` with shards are first written as a ``.json.gz``
-view of every row (:mod:`rl_trace_observer.merge.shards.view`). Times: the summary's ns relative to the
+view of every row (:mod:`rl_trace_observer.merge.views.view`). Times: the summary's ns relative to the
 trace's base, written as µs with 3 decimals, as the merge writes them.
 """
 
@@ -115,7 +115,7 @@ def merged_json(path: str | Path) -> Iterator[Path]:
         if src.shards is None:
             raise InputError(f"{p}: no span shards to draw the critical path from; give the .json.gz")
         from ...merge.options import MergeOptions
-        from ...merge.shards.view import merge_view
+        from ...merge.views.view import merge_view
 
         tmp = Path(tempfile.mkdtemp(prefix="rl-trace-path-"))
         try:

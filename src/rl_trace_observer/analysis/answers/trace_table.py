@@ -18,9 +18,9 @@ import orjson
 from msgspec import UNSET
 
 from ...capture.atomic import atomic_output
-from ...merge.model import us_to_ns
 from ...merge.shards.arrow import parquet, pyarrow
 from ...merge.shards.schema import NAMES, arrow_schema
+from ...merge.timeline.model import us_to_ns
 from ..report.load import TraceError, _open_binary
 from ..report.stream import EventStream, NotStreamable
 

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from ..model import Event, Problem, us_to_ns
+from ..timeline.model import Event, Problem, us_to_ns
 from ..transform.fastpath import _ROUNDER  # x + R - R rounds x to an integer
 from ..transform.flowspace import scope_ids
 from ..transform.passes import TimeCorrection

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..model import Event
-from ..plan.sources import Source, read_content
-from ..readers import ReadContext, ReadResult, reader_for
-from ..readers.chrome_json import NotATrace, gc_paused
+from ..files.sources import Source, read_content
+from ..formats import ReadContext, ReadResult, reader_for
+from ..formats.chrome_json import NotATrace, gc_paused
+from ..timeline.model import Event
 from ..transform.passes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from .pair_apply import as_span_dicts, by_scope, proton_scopes, raw_ns, viz_scope_starts_of
 from .pair_events import match_keyed, stage_pairs

@@ -24,7 +24,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event
+from ..timeline.model import Event
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
 

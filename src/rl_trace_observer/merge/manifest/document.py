@@ -22,7 +22,7 @@ from typing import Any
 from ... import __version__
 from ...capture.atomic import write_atomic
 from ...capture.encoding import dumps_pretty
-from ..model import Problem
+from ..timeline.model import Problem
 
 SCHEMA = "rl-trace-merge-manifest/1"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..identity import process_title
 from ..plan.plan import Plan
 from ..run.execute import RunState
 from ..run.jobs import SLICE_PHASES
+from ..timeline.identity import process_title
 from .ui import ui_section
 
 

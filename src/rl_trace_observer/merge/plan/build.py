@@ -18,13 +18,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..identity import planned_pid
-from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
-from ..readers import ReadContext, reader_for, sniff
+from ..files.sources import Content, Source, fingerprint, read_content, read_head
+from ..formats import ReadContext, reader_for, sniff
+from ..timeline.identity import planned_pid
+from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
 from .hints import Hints, hints_for
 from .plan import EVENT_KINDS, Plan, PlannedArtifact
 from .records import apply_record, link_records, process_from_record
-from .sources import Content, Source, fingerprint, read_content, read_head
 
 UNKNOWN_HOST = "unknown-host"
 _ROLE_ORDER = {

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..readers.kineto import ABSOLUTE_US
-from ..readers.proton import NAME as TOKENSPEED_NAME
-from .sources import Head
+from ..files.sources import Head
+from ..formats.kineto import ABSOLUTE_US
+from ..formats.proton import NAME as TOKENSPEED_NAME
 
 _EVENT_LOG = re.compile(r"^rl-insight-(?P<host>.+)-pid-(?P<pid>\d+)\.chrome\.jsonl$")
 _VERL_TORCH = re.compile(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
+from ..files.sources import Source
+from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
 from .hints import Hints
-from .sources import Source
 
 EVENT_KINDS = frozenset({"rl_insight", "torch", "viztracer", "proton", "chrome_json"})
 

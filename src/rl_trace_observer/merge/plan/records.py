@@ -11,7 +11,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from ...capture.recorder import expected_event_log
-from ..model import Problem, ProcessInfo, ProcessKey
+from ..timeline.model import Problem, ProcessInfo, ProcessKey
 
 if TYPE_CHECKING:
     from .plan import Plan, PlannedArtifact

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import Problem, ProcessInfo
+from ..timeline.model import Problem, ProcessInfo
 from .plan import EVENT_KINDS, Plan
 
 EPOCH_S = 1e9  # --time-window values at least this large are Unix seconds, smaller ones are relative

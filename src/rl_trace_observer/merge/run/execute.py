@@ -20,20 +20,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...capture.atomic import atomic_output
-from ..compress import GzipMember, write_any_piece
-from ..identity import ProcessDecl, ThreadDecl, process_title
-from ..model import Rebase
+from ..files import spill
+from ..files.compress import GzipMember, write_any_piece
+from ..files.sources import GZIP_MAGIC, Source
+from ..files.writeback import WritebackFile
 from ..plan.plan import Plan, PlannedArtifact
-from ..plan.sources import GZIP_MAGIC, Source
-from ..writers import spill
+from ..timeline.identity import ProcessDecl, ThreadDecl, process_title
+from ..timeline.model import Rebase
 from ..writers.chrome_json import ChromeJsonWriter, metadata_events
-from ..writers.writeback import WritebackFile
 from .jobs import Job, JobResult, Outcome, Task
 from .worker import init_worker, run_job
 
 if TYPE_CHECKING:
-    from ..clock.choice import ClockChoice
     from ..options import MergeOptions
+    from ..pipeline.clock import ClockChoice
 
 INLINE_BYTES = 24 << 20  # below this much input, worker start-up costs more than it saves
 INFLIGHT_BYTES = 256 << 20  # estimated decompressed input being parsed at once (all workers)

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock.probe import SpanSummary
-from ..identity import ProcessDecl, ThreadDecl
-from ..model import Problem, ProcessKey
-from ..plan.sources import Source
+from ..files.sources import Source
 from ..shards.spec import ShardSpec
+from ..timeline.identity import ProcessDecl, ThreadDecl
+from ..timeline.model import Problem, ProcessKey
 from ..transform.passes import TimeCorrection
 
 SLICE_PHASES = ("X", "B", "i", "I", "b", "n")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from ..compress import deflate_piece
-from ..identity import process_title
-from ..model import Event, Rebase
+from ..files.compress import deflate_piece
+from ..timeline.identity import process_title
+from ..timeline.model import Event, Rebase
 from ..writers.pftrace_fused import FusedWriter
 
 if TYPE_CHECKING:

@@ -18,14 +18,15 @@ from ..clock.pair_apply import clock_problems, stack
 from ..clock.pairs import PairAlignment
 from ..clock.partners import RankLinks, StageLinks
 from ..clock.probe import stage_spans
-from ..model import Event, Problem, ProcessKey, Rebase
-from ..plan.sources import read_content
-from ..readers import ReadContext, ReadResult, reader_for
-from ..readers import chrome_json as chrome_reader
-from ..readers.chrome_json import NotATrace, gc_paused
+from ..files import spill
+from ..files.sources import read_content
+from ..formats import ReadContext, ReadResult, reader_for
+from ..formats import chrome_json as chrome_reader
+from ..formats.chrome_json import NotATrace, gc_paused
+from ..timeline.model import Event, Problem, ProcessKey, Rebase
 from ..transform import fastpath
 from ..transform.passes import IdentityMapper, PassContext, TimeCorrection, run_passes
-from ..writers import chrome_json, spill
+from ..writers import chrome_json
 from . import memory
 from .jobs import Job, JobResult, Outcome, Task
 from .pftrace_job import PftraceSink

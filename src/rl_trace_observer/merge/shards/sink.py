@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from msgspec import UNSET
 
-from ..model import Event
+from ..timeline.model import Event
 from .arrow import compute, parquet, pyarrow
 from .layout import part_name, partition_dir
 from .schema import NAMES, arrow_schema

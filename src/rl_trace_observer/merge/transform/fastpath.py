@@ -22,9 +22,9 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event, us_to_ns
-from ..readers.base import ReadResult
-from ..readers.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
+from ..formats.base import ReadResult
+from ..formats.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
+from ..timeline.model import Event, us_to_ns
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .nesting import by_lane, drop_victims, us_to_exact_ns
 from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from ..model import Event
+from ..timeline.model import Event
 from .passes import (
     _ASYNC,
     _SCOPE_ARGS,

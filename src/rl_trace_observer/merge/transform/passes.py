@@ -33,9 +33,9 @@ import msgspec
 from msgspec import UNSET
 
 from ...capture.requests import RUN_SCOPE_PREFIX
-from ..identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
-from ..model import Event, ProcessKey
-from ..readers.base import ReadContext, Reader, ReadResult
+from ..formats.base import ReadContext, Reader, ReadResult
+from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
+from ..timeline.model import Event, ProcessKey
 from .nesting import by_lane, drop_victims
 
 

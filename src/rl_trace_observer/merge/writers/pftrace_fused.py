@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from .. import native
-from ..model import Event
-from ..readers.chrome_json import decode_raw_args
+from ..formats.chrome_json import decode_raw_args
+from ..timeline.model import Event
+from . import native
 from ._pbwire import _CONT, SMALL_VARINTS, pack_fixed64, varint
 from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING, OpenSlice
 from .pftrace import PftraceWriter

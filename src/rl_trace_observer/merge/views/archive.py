@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from ...capture.atomic import atomic_output
 from ..options import MergeOptions, MergeResult, UsageError
-from .dataset import Shards
+from ..shards.dataset import Shards
 from .view import Empty, ViewSelection, write_rows, write_view
 
 MANIFEST_MEMBER = "perfetto_manifest.json"

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..model import Problem
-from ..plan.sources import Head
+from ..files.sources import Head
+from ..timeline.model import Problem
 from .base import ReadContext, ReadResult, SourcePid
 
 RECORD_SCHEMA_PREFIX = "rl-trace-process/"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..plan.sources import Head, with_tail
+from ..files.sources import Head, with_tail
 from .base import ReadContext, Reader, ReadResult
 from .kineto import KinetoReader
 from .process_record import OwnOutputReader, ProcessRecordReader
 from .proton import ChromeJsonReader, ProtonReader
-from .rl_insight import RLInsightReader
+from .rl_insight.reader import RLInsightReader
 from .viztracer import VizTracerReader
 
 READERS: tuple[Reader, ...] = (

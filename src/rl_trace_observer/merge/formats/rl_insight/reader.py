@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from ..model import Event, Problem
-from ..plan.sources import Head
-from ..transform.requests import request_events
-from .base import ReadContext, ReadResult, SourcePid
-from .chrome_json import KNOWN_PHASES, MAX_TS_NS, gc_paused
+from ...files.sources import Head
+from ...timeline.model import Event, Problem
+from ..base import ReadContext, ReadResult, SourcePid
+from ..chrome_json import KNOWN_PHASES, MAX_TS_NS, gc_paused
+from .requests import request_events
 
 LANE_PREFIX = "RL-Insight · "
 

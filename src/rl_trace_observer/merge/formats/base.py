@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..model import Event, Problem
-from ..plan.sources import Head
+from ..files.sources import Head
+from ..timeline.model import Event, Problem
 
 SourcePid = int | str
 

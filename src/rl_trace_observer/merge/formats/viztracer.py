@@ -14,7 +14,7 @@ import re
 
 from msgspec import UNSET
 
-from ..plan.sources import Head
+from ..files.sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import fsspec
 
-from ..compress import decompressobj
+from .compress import decompressobj
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"

@@ -12,16 +12,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
-from .manifest.fill import fill_manifest
-from .model import Problem, Rebase
-from .options import MergeOptions, MergeResult, UsageError, output_format, step_output
-from .plan.build import apply_records_to_artifacts, order_processes, plan_sources
-from .plan.plan import Plan
-from .plan.selection import Selection, select, window_ns
-from .plan.sources import InputError, discover
-from .run.execute import NothingUsable, run_all
-from .shards.layout import is_shards_dir
+from ..files.sources import InputError, discover
+from ..manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
+from ..manifest.fill import fill_manifest
+from ..options import MergeOptions, MergeResult, UsageError, output_format, step_output
+from ..plan.build import apply_records_to_artifacts, order_processes, plan_sources
+from ..plan.plan import Plan
+from ..plan.selection import Selection, select, window_ns
+from ..run.execute import NothingUsable, run_all
+from ..shards.layout import is_shards_dir
+from ..timeline.model import Problem, Rebase
 
 __all__ = ["MergeOptions", "MergeResult", "UsageError", "merge", "merge_steps"]
 
@@ -38,10 +38,10 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     opts = options or MergeOptions()
     if len(inputs) == 1 and is_shards_dir(inputs[0]):  # a view: written from the rows, not the inputs
         if output.endswith(".tar"):
-            from .shards.archive import merge_archive
+            from ..views.archive import merge_archive
 
             return merge_archive(inputs[0], output, opts)
-        from .shards.view import merge_view
+        from ..views.view import merge_view
 
         return merge_view(inputs[0], output, opts)
     out_path = Path(output)
@@ -85,7 +85,7 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
     written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
     manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
     if written and opts.shards:
-        from .shards.document import finish
+        from ..manifest.shard_document import finish
 
         finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
     write_manifest(manifest_path, manifest)
@@ -95,7 +95,7 @@ def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -
 
 def _shards_ready(shards: str) -> None:
     """pyarrow is there and the shard directory is not one of the inputs' files (one clear line)."""
-    from .shards.arrow import ShardsUnavailable, pyarrow
+    from ..shards.arrow import ShardsUnavailable, pyarrow
 
     try:
         pyarrow()
@@ -106,7 +106,7 @@ def _shards_ready(shards: str) -> None:
 
 
 def _run(plan: Plan, opts: MergeOptions, fmt: str, out: Path, windows: Any, manifest: dict[str, Any]) -> Any:
-    from .clock.choice import clock_plan
+    from .clock import clock_plan
 
     clock = clock_plan(plan, opts.clock_mode, opts.clock_tolerance_us)
     plan.problems.extend(clock.problems)
@@ -170,7 +170,7 @@ def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = N
     opts = options or MergeOptions()
     output_format(output)
     if len(inputs) == 1 and is_shards_dir(inputs[0]):
-        from .shards.view import split_views
+        from ..views.view import split_views
 
         return split_views(inputs[0], output, opts)
     if opts.shards:

@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from ..model import Problem
-from ..plan.sources import Head
+from ..files.sources import Head
+from ..timeline.model import Problem
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
 

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from ..model import Event, Problem
+from ..timeline.model import Event, Problem
 from .base import ReadContext, ReadResult, SourcePid
 
 KNOWN_PHASES = frozenset("XBEiICstfbenM")

@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from ...capture.requests import PHASE_CAT, REQUEST_CAT, SERVER_SPAN, EnginePhases, phase_spans
-from ..model import Event
+from ....capture.requests import PHASE_CAT, REQUEST_CAT, SERVER_SPAN, EnginePhases, phase_spans
+from ...timeline.model import Event
 
 COUNTER_NAME = "rollout/requests_in_flight"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..plan.sources import Head
+from ..files.sources import Head
 from . import chrome_json
 from .base import ReadContext, ReadResult, SourcePid
 

@@ -13,13 +13,13 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from .. import config
+from ... import config
 
 log = logging.getLogger(__name__)
 
-# twin module -> the source it is built from, relative to this package
+# twin module -> the source it is built from, relative to this folder
 TWINS = {
-    "rl_trace_observer.merge.writers._pftrace_native": "writers/_pftrace_native.pyx",
+    "rl_trace_observer.merge.writers._pftrace_native": "_pftrace_native.pyx",
 }
 
 

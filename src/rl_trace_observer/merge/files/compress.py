@@ -15,7 +15,7 @@ import struct
 import zlib
 from typing import Any, BinaryIO
 
-from .writers.spill import Spilled, copy_into
+from .spill import Spilled, copy_into
 
 _fast: Any
 try:  # optional speed-up

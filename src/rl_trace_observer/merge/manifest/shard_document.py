@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ..identity import process_title
 from ..plan.plan import Plan
-from .layout import write_doc
-from .schema import DOC_SCHEMA, NAMES, PARTITIONS, SPAN_SCHEMA
+from ..shards.layout import write_doc
+from ..shards.schema import DOC_SCHEMA, NAMES, PARTITIONS, SPAN_SCHEMA
+from ..timeline.identity import process_title
 
 if TYPE_CHECKING:
     from ..run.execute import RunState

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..model import Problem, ProcessInfo, ProcessKey
 from ..plan.plan import Plan
+from ..timeline.model import Problem, ProcessInfo, ProcessKey
 from ..transform.passes import IDENTITY, TimeCorrection
 
 if TYPE_CHECKING:
+    from ..clock.probe import SpanSummary
     from ..run.jobs import Outcome
-    from .probe import SpanSummary
 
 
 @dataclass
@@ -120,7 +120,7 @@ def _causality_reports(
 ) -> list[Any]:
     """Stage alignment per process and Torch file, nesting where a correction could break it, and
     durations where a correction was not a constant (only those can turn negative)."""
-    from .causality import CausalityReport, check_nesting, check_stage_alignment
+    from ..clock.causality import CausalityReport, check_nesting, check_stage_alignment
 
     stages: dict[int, list[dict[str, Any]]] = defaultdict(list)  # merged pid -> RL-Insight spans
     regions: list[tuple[str, list[dict[str, Any]]]] = []  # (torch file, its regions)
@@ -174,7 +174,7 @@ def _by_pid(events: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
 def clock_plan(plan: Plan, mode: str, tolerance_us: float = 1000.0) -> ClockChoice:
     records = [p.record for p in plan.processes.values() if p.record]
     try:
-        from .hosts import plan as align
+        from ..clock.hosts import plan as align
     except ImportError:  # clock alignment not installed in this build: raw wall clocks
         return ClockChoice()
     cp = align(records, mode=mode, tolerance_us=tolerance_us)

@@ -27,17 +27,17 @@ import msgspec
 import orjson
 
 from ...capture.atomic import atomic_output
-from ..identity import ProcessDecl, ThreadDecl
+from ..files.writeback import WritebackFile
 from ..manifest.document import manifest_path_for, new_manifest, write_manifest
 from ..manifest.ui import ui_section
-from ..model import Event
 from ..options import MergeOptions, MergeResult, UsageError, output_format, step_output
 from ..run.jobs import SLICE_PHASES, Job, Outcome
+from ..shards.arrow import compute
+from ..shards.dataset import Shards, trace_order
+from ..shards.layout import ShardsError
+from ..timeline.identity import ProcessDecl, ThreadDecl
+from ..timeline.model import Event
 from ..writers import chrome_json
-from ..writers.writeback import WritebackFile
-from .arrow import compute
-from .dataset import Shards, trace_order
-from .layout import ShardsError
 
 _FLOW_PHASES = ("s", "t", "f")
 
@@ -170,7 +170,7 @@ def write_rows(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The selected rows as one Perfetto file (atomically); its counts and the processes it names.
     Raises ``Empty`` (and leaves ``out`` alone) when no row is selected."""
-    from .arrow import parquet, pyarrow
+    from ..shards.arrow import parquet, pyarrow
 
     pa, pc, pq = pyarrow(), compute(), parquet()
     names = {p["trace_pid"]: p for p in shards.processes}
@@ -233,7 +233,7 @@ class _Output:
     """Chrome JSON pieces, or one protobuf packet sequence per job, into the view's file."""
 
     def __init__(self, f: Any, fmt: str, base: int, header: dict[str, Any]) -> None:
-        from ..compress import GzipMember
+        from ..files.compress import GzipMember
 
         self.fmt, self.base, self.f = fmt, base, f
         self.json = None
@@ -248,7 +248,7 @@ class _Output:
             pieces, _, _ = chrome_json.encode_pieces(events, self.base, self.fmt == "json.gz")
             self.json.add(pieces)
             return
-        from ..compress import write_any_piece
+        from ..files.compress import write_any_piece
         from ..run.pftrace_job import PftraceSink
 
         titles = {pid: p["name"] for pid, p in names.items()}
