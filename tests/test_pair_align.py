@@ -482,7 +482,7 @@ def test_min_drift_pairs_is_respected() -> None:
 def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
     from msgspec import Raw
 
-    from rl_trace_observer.merge.clock.pair_apply import proton_scope_starts_of
+    from rl_trace_observer.merge.formats.proton.pairing import proton_scope_starts_of
     from rl_trace_observer.merge.timeline.model import Event
 
     def events(ts: list[float | int]) -> list[Event]:
@@ -523,8 +523,7 @@ def test_glue_converts_stage_events_for_stage_pairs() -> None:
 
 
 def test_glue_stacks_the_pair_correction_under_the_host_correction() -> None:
-    from rl_trace_observer.merge.clock.pair_apply import stack
-    from rl_trace_observer.merge.transform.passes import IDENTITY, TimeCorrection
+    from rl_trace_observer.merge.clock.correction import IDENTITY, TimeCorrection, stack
 
     host_const = TimeCorrection(offset_ns=-3 * MS, method="aligned")  # host 3 ms ahead: subtract it
     host_line = TimeCorrection(

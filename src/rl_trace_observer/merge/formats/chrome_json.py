@@ -21,10 +21,9 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ..timeline.model import Event, Problem
-from .base import ReadContext, ReadResult, SourcePid
+from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, to_ns
+from .base import ReadContext, ReadResult
 
-KNOWN_PHASES = frozenset("XBEiICstfbenM")
-MAX_TS_NS = 1 << 62  # beyond ~146 years of epoch ns a timestamp is garbage, not a time
 _SALVAGE_ATTEMPTS = 64
 _NON_FINITE = re.compile(rb"(?<=[:,\[])(\s*)-?(?:NaN|Infinity)")
 
@@ -240,68 +239,25 @@ def top_level_anchor(doc: Document) -> tuple[int | float, str] | None:
     return None if doc.baseTimeNanoseconds is UNSET else (doc.baseTimeNanoseconds, "baseTimeNanoseconds")
 
 
-class ThreadLanes:
-    """Readers whose source pids are OS pids and whose lanes are named threads."""
-
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
-
-    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
-        return (result.thread_names.get((pid, tid)) or f"thread {tid}").strip()
-
-
 def normalise(events: list[Event], anchor_ns: int, result: ReadResult) -> list[Event]:
-    """Metadata events into ``result``'s names; the rest to absolute ns (dropping invalid ones).
-
-    The µs → ns conversion is :func:`..model.us_to_ns`, inlined: this loop runs once per event.
-    """
-    out: list[Event] = []
-    append = out.append
-    known = KNOWN_PHASES
-    top = MAX_TS_NS
-    bad = 0
-    start, n = 0, len(events)
-    while start < n:
-        idx = start
-        try:
-            for idx in range(start, n):
-                e = events[idx]
-                ph = e.ph
-                if ph == "M":
-                    result.metadata += 1
-                    _metadata(e, result)
-                    continue
-                ts: Any = e.ts
-                if ts.__class__ is float:
-                    w = int(ts)
-                    t = anchor_ns + w * 1000 + round((ts - w) * 1000)
-                else:
-                    t = anchor_ns + ts * 1000
-                if not 0 <= t < top or ph not in known:
-                    raise ValueError
-                e.ts = t
-                d: Any = e.dur
-                if d is not UNSET:
-                    if d.__class__ is float:
-                        w = int(d)
-                        d = w * 1000 + round((d - w) * 1000)
-                    else:
-                        d = d * 1000
-                    if not 0 <= d < top:
-                        raise ValueError
-                    e.dur = d
-                append(e)
-            start = n
-        except (ValueError, TypeError, OverflowError):  # drop this one event, go on after it
-            bad += 1
-            start = idx + 1
+    """Metadata events into ``result``'s names; the rest to absolute ns (dropping invalid ones)."""
+    out, bad = to_ns(events, anchor_ns, lambda e: _metadata(e, result))
     result.dropped += bad
     return out
 
 
+def read_names(events: list[Event], result: ReadResult) -> None:
+    """The metadata events' names into ``result``, wherever the file put them (a thread's or device's
+    name decides its merged track), leaving every event where it is."""
+    for e in [e for e in events if e.ph == "M"]:
+        _metadata(e, result)
+
+
 def finish(events: list[Event], anchor_ns: int, result: ReadResult, defer: bool) -> None:
-    """Hand the events over: normalised to ns, or as they are for the fused fast path."""
+    """Hand the events over: on the ns timeline, or (``defer``) with their names read and their times
+    still µs after ``anchor_ns``, for the fused fast path to convert (:mod:`..timeline.times`)."""
     if defer:
+        read_names(events, result)
         result.events, result.deferred = events, True
     else:
         result.events = normalise(events, anchor_ns, result)
@@ -314,7 +270,6 @@ def normalise_exact(
     out: list[Event] = []
     for e, t in zip(events, times, strict=False):
         if e.ph == "M":
-            result.metadata += 1
             _metadata(e, result)
             continue
         try:
@@ -335,6 +290,7 @@ def normalise_exact(
 
 
 def _metadata(e: Event, result: ReadResult) -> None:
+    result.metadata += 1
     name = e.name
     if name not in ("process_name", "thread_name", "process_labels") or e.args is UNSET:
         return

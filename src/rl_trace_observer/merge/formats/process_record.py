@@ -1,8 +1,8 @@
-"""Process records (docs/FORMATS.md §2) and files the merger must recognise only to leave alone.
+"""Process records (docs/FORMATS.md §2): what the capture layer writes about each process.
 
-Process records carry identity (host, pid, role, rank, Ray actor), the artifacts the process
-registered and its clock snapshots; they hold no events. A merge's own outputs and manifests are
-recognised so that merging a directory twice never merges a merged trace into itself.
+A record carries identity (host, pid, role, rank, Ray actor), the artifacts the process registered
+and its clock snapshots; it holds no events. The planner reads every record (they are small) before
+any trace file, and links the artifacts to the process through :meth:`ProcessRecord.registered`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ from typing import Any
 
 import msgspec
 
+from ...capture.recorder import expected_event_log
 from ..files.sources import Head
-from ..timeline.model import Problem
-from .base import ReadContext, ReadResult, SourcePid
+from ..timeline.model import Problem, ProcessInfo, ProcessKey
+from .base import Format, ReadContext, ReadResult
 
 RECORD_SCHEMA_PREFIX = "rl-trace-process/"
-MANIFEST_SCHEMA_PREFIX = "rl-trace-merge-manifest/"
 
 
-class ProcessRecordReader:
+class ProcessRecord(Format):
     kind = "process_record"
     label = "Process"
     order = 0
+    events, record = False, True  # identity, registered artifacts and clock snapshots: read in planning
 
     def sniff(self, head: Head) -> int:
         # Records are written with sorted keys: "schema" comes after the clock data, which grows
@@ -50,11 +51,42 @@ class ProcessRecordReader:
         res.meta["record"] = record
         return res
 
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
+    def identity(self, record: dict[str, Any], path: str) -> ProcessInfo:
+        """The process a (valid) record describes."""
+        raw_ray = record.get("ray")
+        ray: dict[str, Any] = raw_ray if isinstance(raw_ray, dict) else {}
+        return ProcessInfo(
+            key=ProcessKey(str(record["hostname"]), int(record["pid"])),
+            role=_opt_str(record.get("role")),
+            rank=_opt_int(record.get("rank")),
+            world_size=_opt_int(record.get("world_size")),
+            run_id=_opt_str(record.get("run_id")),
+            actor_name=_opt_str(ray.get("actor_name")),
+            replica=_opt_int(record.get("replica")),
+            record_path=path,
+            record=record,
+        )
 
-    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
-        return str(tid)
+    def registered(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Its artifacts (``path`` relative to the record's folder), and its event log."""
+        out = [
+            e for e in record.get("artifacts") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)
+        ]
+        log = record.get("event_log")
+        if isinstance(log, str) and log:
+            # A record that wrote no event names a log that was never created: link it if it is
+            # there (the record may predate its first event), never report it missing.
+            optional = expected_event_log(record) is None
+            out.append({"path": log, "kind": "rl_insight", **({"optional": True} if optional else {})})
+        return out
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _valid(record: dict[str, Any]) -> bool:
@@ -64,32 +96,3 @@ def _valid(record: dict[str, Any]) -> bool:
         and isinstance(record.get("pid"), int)
         and not isinstance(record.get("pid"), bool)
     )
-
-
-class OwnOutputReader:
-    """A merged trace, manifest or span shard written by ``rl-trace merge``: ignored, never merged again."""
-
-    kind = "merge_output"
-    label = "Merged"
-    order = 9
-
-    def sniff(self, head: Head) -> int:
-        start = head.data[:512]
-        if b'"rl_trace_observer"' in start or MANIFEST_SCHEMA_PREFIX.encode() in head.data:
-            return 100
-        if b'"rl-trace-spans/' in head.data or (
-            start[:4] == b"PAR1" and head.source.name.startswith("part-")
-        ):
-            return 100  # span shards (`merge --shards`) written inside an input directory
-        if head.source.name.endswith(".manifest.json") and b'"artifacts"' in start:
-            return 100  # a long manifest: its keys are sorted, "schema" comes late
-        return 0
-
-    def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
-        return ReadResult(skip=True)
-
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
-
-    def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
-        return str(tid)

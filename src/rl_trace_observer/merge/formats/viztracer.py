@@ -16,7 +16,8 @@ from msgspec import UNSET
 
 from ..files.sources import Head
 from . import chrome_json
-from .base import ReadContext, ReadResult
+from .base import REPORT, Format, Hints, ReadContext, ReadResult
+from .chrome_hints import chrome_hints
 
 # What VizTracer writes first (orjson compact or the stdlib's spaced JSON): its process/thread names,
 # then function entry/exit slices of category "FEE".
@@ -24,11 +25,15 @@ _SHAPE = re.compile(rb'\{\s*"traceEvents"\s*:\s*\[\s*\{\s*"ph"\s*:\s*"M"\s*,\s*"
 _FEE = re.compile(rb'"cat"\s*:\s*"FEE"')
 
 
-class VizTracerReader(chrome_json.ThreadLanes):
+class VizTracer(Format):
     kind = "viztracer"
     label = "VizTracer"
     order = 3
     slice_order = "exit"  # a call is written when it returns: the merge's nesting check expects that
+    # a TokenSpeed scheduler's report: its viztracer->proton flow starts are what its rank's Proton
+    # files align on and end on (proton/pairing.py); outside a rank they link to nothing (dropped)
+    rank_role = REPORT
+    counts = (("scope_links", True),)  # flows from its scope flow starts to its rank's Proton scopes
 
     def sniff(self, head: Head) -> int:
         data = head.data
@@ -39,6 +44,9 @@ class VizTracerReader(chrome_json.ThreadLanes):
         if _SHAPE.match(data) and _FEE.search(data):  # its metadata comes after file_info: past the tail
             return 70
         return 0
+
+    def hints(self, head: Head) -> Hints:
+        return chrome_hints(head, pid_in_head=True, first_ts=True)
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         return chrome_json.read_anchored(

@@ -19,9 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..clock.correction import IDENTITY, TimeCorrection
+from ..formats import format_of
+from ..formats.base import REGIONS, STAGES
 from ..plan.plan import Plan
 from ..timeline.model import Problem, ProcessInfo, ProcessKey
-from ..transform.passes import IDENTITY, TimeCorrection
 
 if TYPE_CHECKING:
     from ..clock.probe import SpanSummary
@@ -141,10 +143,11 @@ def _causality_reports(
             )
             durations.failed += negative - 1
         events = [_as_event(s) for s in out.spans]
-        if art.info.kind == "rl_insight":
+        role = _causality(art.info.kind)
+        if role == STAGES:
             for ev in events:
                 stages[ev["pid"]].append(ev)
-        elif art.info.kind == "torch" and events:
+        elif role == REGIONS and events:
             regions.append((art.info.path, events))
         for span in out.spans:
             tracks[(span[3], span[4])].append((index, varying, span))
@@ -157,6 +160,12 @@ def _causality_reports(
         if len({i for i, _, _ in entries}) > 1 or any(v for _, v, _ in entries):
             reports.append(check_nesting([_as_event(s) for _, _, s in entries], tolerance_ns))
     return reports
+
+
+def _causality(kind: str) -> str | None:
+    """The format's part in the stage checks: its spans are stages, or regions that sit in them."""
+    fmt = format_of(kind)
+    return fmt.causality if fmt is not None else None
 
 
 def _as_event(s: SpanSummary) -> dict[str, Any]:

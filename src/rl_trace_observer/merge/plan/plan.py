@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..files.sources import Source
+from ..formats import EVENT_KINDS, Hints
 from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
-from .hints import Hints
-
-EVENT_KINDS = frozenset({"rl_insight", "torch", "viztracer", "proton", "chrome_json"})
 
 
 @dataclass

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..formats import EVENT_KINDS
 from ..timeline.model import Problem, ProcessInfo
-from .plan import EVENT_KINDS, Plan
+from .plan import Plan
 
 EPOCH_S = 1e9  # --time-window values at least this large are Unix seconds, smaller ones are relative
 

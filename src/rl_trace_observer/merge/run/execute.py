@@ -24,6 +24,7 @@ from ..files import spill
 from ..files.compress import GzipMember, write_any_piece
 from ..files.sources import GZIP_MAGIC, Source
 from ..files.writeback import WritebackFile
+from ..formats import format_for
 from ..plan.plan import Plan, PlannedArtifact
 from ..timeline.identity import ProcessDecl, ThreadDecl, process_title
 from ..timeline.model import Rebase
@@ -91,13 +92,14 @@ def build_jobs(
     planned = {k: p.merged_pid for k, p in plan.processes.items()}
     titles = clock.titles(plan)  # process labels, with each host's clock correction
     units = _units(plan)
-    stage_logs = _stage_partners(plan)
+    partners = _partners(plan)
     jobs = []
     for n, unit in enumerate(units):
         tasks = [_task(index[id(a)], a, plan, clock) for a in unit]
         for task, art in zip(tasks, unit, strict=True):
-            if art.info.kind == "torch":
-                task.stage_log = stage_logs.get(art.info.owner)
+            partner_kind = format_for(art.info.kind).partner
+            if partner_kind is not None:
+                task.partner = partners.get((art.info.owner, partner_kind))
         weight = sum(estimate(a.source) for a in unit)
         jobs.append(
             Job(
@@ -127,26 +129,27 @@ def build_jobs(
 
 
 def _units(plan: Plan) -> list[list[PlannedArtifact]]:
-    """Artifacts merged together in one job: a TokenSpeed rank's reports (:mod:`..clock.partners`); every
-    other artifact alone."""
+    """Artifacts merged together in one job: a TokenSpeed rank's files (``rank_role``:
+    :mod:`..formats.proton.pairing`); every other artifact alone."""
     groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
     singles: list[list[PlannedArtifact]] = []
     for art in plan.selected():
-        if art.info.kind in ("proton", "viztracer") and art.hints.group:
+        if format_for(art.info.kind).rank_role is not None and art.hints.group:
             groups.setdefault((posixpath.dirname(art.source.path), art.hints.group), []).append(art)
         else:
             singles.append([art])
     return singles + [sorted(g, key=lambda a: a.source.path) for g in groups.values()]
 
 
-def _stage_partners(plan: Plan) -> dict[Any, Source]:
-    """Owner process → its RL-Insight event log, which that process's Torch traces align on. The log
-    is read again inside each Torch job (a few MB, against ~100 MB of Torch trace): the jobs stay
-    small enough to run side by side."""
-    out: dict[Any, Source] = {}
+def _partners(plan: Plan) -> dict[tuple[Any, str], Source]:
+    """(owner process, kind) → its first file of that kind: what a format with a partner in its process
+    (``Format.partner``: a Torch trace on its RL-Insight log) aligns on. That file is read again inside
+    each such job (a few MB, against ~100 MB of Torch trace): the jobs stay small enough to run side
+    by side, and each job's output stays what it was."""
+    out: dict[tuple[Any, str], Source] = {}
     for art in plan.selected():
-        if art.info.kind == "rl_insight" and art.info.owner is not None:
-            out.setdefault(art.info.owner, art.source)
+        if art.info.owner is not None:
+            out.setdefault((art.info.owner, art.info.kind), art.source)
     return out
 
 

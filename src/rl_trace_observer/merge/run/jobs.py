@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clock.correction import TimeCorrection
 from ..clock.probe import SpanSummary
 from ..files.sources import Source
 from ..shards.spec import ShardSpec
 from ..timeline.identity import ProcessDecl, ThreadDecl
 from ..timeline.model import Problem, ProcessKey
-from ..transform.passes import TimeCorrection
 
 SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
 
@@ -32,7 +32,7 @@ class Task:
     anchor_ns: int | None
     namespace: int
     correction: TimeCorrection
-    stage_log: Source | None = None  # a Torch trace's RL-Insight event log, to align on (.partners)
+    partner: Source | None = None  # the file in another job it aligns on (a Torch trace's RL-Insight log)
 
 
 @dataclass

@@ -9,24 +9,32 @@ process that ran the profiler, never OS processes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET
 
-from ..files.sources import Head
-from ..timeline.model import Problem
-from . import chrome_json
-from .base import ReadContext, ReadResult, SourcePid
+from ...files.sources import Head
+from ...timeline.model import Problem
+from .. import chrome_json
+from ..base import REGIONS, Format, Hints, ReadContext, ReadResult, SourcePid
+from ..chrome_hints import ABSOLUTE_US, chrome_hints
+from .pairing import StageLinks
+
+if TYPE_CHECKING:
+    from ...clock.pairs import PairAlignment
+    from ...timeline.model import Event
 
 _DEVICE_LABELS = ("GPU", "NPU", "XPU", "HPU", "MTIA", "Device", "device")
-ABSOLUTE_US = 1e14  # µs after 1973: a ts this large without an anchor is absolute epoch µs
 
 
-class KinetoReader:
+class Kineto(Format):
     kind = "torch"
     label = "Torch"
     order = 2
+    probe, probe_cat = True, "user_annotation"  # record_function regions on the CPU (GPU ones: device clock)
+    causality = REGIONS  # a region sits inside its process's RL-Insight stage of the same name
+    partner, partner_label = "rl_insight", "RL-Insight log"  # aligned on those stages (.pairing)
 
     def sniff(self, head: Head) -> int:
         data = head.ends  # torch writes these keys first; harnesses that re-save a trace, last
@@ -35,6 +43,9 @@ class KinetoReader:
         if head.source.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
             return 50
         return 0
+
+    def hints(self, head: Head) -> Hints:
+        return chrome_hints(head, pid_in_head=True, first_ts=True, absolute_us=True)
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         doc, res = chrome_json.start(data, ctx.path)
@@ -67,6 +78,20 @@ class KinetoReader:
         else:
             res.events = chrome_json.normalise(doc.traceEvents, 0, res)
         return res
+
+    def align_on(
+        self,
+        partner: tuple[str, ReadResult],
+        url: str,
+        events: list[Event],
+        res: ReadResult,
+        tolerance_ns: int,
+        apply: bool,
+    ) -> PairAlignment | None:
+        """On the RL-Insight stages of its process's event log (:mod:`.pairing`)."""
+        links = StageLinks()
+        links.add(partner[0], partner[1].events, partner[1])
+        return links.align(url, events, res, tolerance_ns, apply)
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
         if isinstance(pid, str):

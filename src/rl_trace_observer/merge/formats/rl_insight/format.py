@@ -17,11 +17,15 @@ from msgspec import UNSET, Raw, UnsetType
 
 from ...files.sources import Head
 from ...timeline.model import Event, Problem
-from ..base import ReadContext, ReadResult, SourcePid
-from ..chrome_json import KNOWN_PHASES, MAX_TS_NS, gc_paused
+from ...timeline.times import KNOWN_PHASES, MAX_TS_NS
+from ..base import STAGES, Format, Hints, ReadContext, ReadResult, SourcePid
+from ..chrome_hints import first_int
+from ..chrome_json import gc_paused
 from .requests import request_events
 
 LANE_PREFIX = "RL-Insight · "
+_EVENT_LOG = re.compile(r"^rl-insight-(?P<host>.+)-pid-(?P<pid>\d+)\.chrome\.jsonl$")
+_TS_NS = re.compile(rb'"ts_ns"\s*:\s*(\d{1,20})')
 
 
 class LogEvent(Event, omit_defaults=True, gc=False):
@@ -75,10 +79,13 @@ def _line_by_line(data: bytes, end: int) -> tuple[list[LogEvent], int]:
     return events, bad
 
 
-class RLInsightReader:
+class RLInsight(Format):
     kind = "rl_insight"
     label = "RL-Insight"
     order = 1
+    probe = True  # every complete span (stages: a handful per step and process) for the clock checks
+    causality = STAGES  # the spans its process's Torch regions must sit inside
+    counts = (("run_flow_endpoints", False),)  # rollout requests: a client and a server end each
 
     def sniff(self, head: Head) -> int:
         first = head.data.split(b"\n", 1)[0]
@@ -89,6 +96,15 @@ class RLInsightReader:
         if head.source.name.endswith(".chrome.jsonl"):
             return 80
         return 0
+
+    def hints(self, head: Head) -> Hints:
+        """``rl-insight-<host>-pid-<pid>.chrome.jsonl``, and the first event's exact time."""
+        h = Hints()
+        m = _EVENT_LOG.match(head.source.name)
+        if m:
+            h.host, h.pid = m.group("host"), int(m.group("pid"))
+        h.start_ns = first_int(_TS_NS.search(head.data))
+        return h
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         res = ReadResult(anchor_ns=0, anchor_source="ts_ns (epoch ns)")
@@ -177,9 +193,6 @@ class RLInsightReader:
         if isinstance(args, dict):
             lane = args.get("lane") or str(args.get("name", "")).removeprefix(LANE_PREFIX)
             res.thread_names[(e.pid if e.pid is not UNSET else 0, e.tid)] = str(lane)
-
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        return pid
 
     def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
         return result.thread_names.get((pid, tid)) or ("metrics" if tid == 0 else f"lane {tid}")
