@@ -24,7 +24,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-from ...merge.formats.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ...merge.formats.base.chrome_json import gc_paused  # one GC policy for every bulk decoder
 from ...merge.timeline.model import us_to_ns
 from .stages import OTHER, classify
 from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_events

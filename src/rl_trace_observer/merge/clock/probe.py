@@ -4,7 +4,7 @@ Why here and not in a second pass: the checks (:mod:`.causality`) need only a fe
 process — RL-Insight stage spans and the Torch trace's ``record_function`` regions — but those sit
 in files that can be hundreds of MB. A worker already has each file's corrected events in memory,
 so it keeps the few that matter as tuples (``SpanSummary``) and sends them back with its outcome;
-the parent runs the checks on those (:func:`.choice.ClockChoice.check_causality`).
+the parent runs the checks on those (:meth:`..pipeline.clock.ClockChoice.check_causality`).
 
 What is kept is each format's own rule (``Format.probe``, ``Format.probe_cat``):
 

@@ -115,7 +115,7 @@ class GzipMember:
         self._size += length
 
     def write_spilled(self, spilled: Spilled) -> None:
-        """Append the deflate pieces a worker left in a part file (see :mod:`.writers.spill`)."""
+        """Append the deflate pieces a worker left in a part file (see :mod:`.spill`)."""
         self.compressed_bytes += copy_into(self._out, spilled)
         for crc, length in spilled.deflated:
             if length:
@@ -133,7 +133,7 @@ class GzipMember:
 
 def write_any_piece(out: BinaryIO, gz: GzipMember | None, piece: Any) -> int:
     """A job's output piece into the merged file: raw bytes, a deflated ``(piece, crc, length)`` (gzip
-    outputs only) or a worker's part file (:class:`.writers.spill.Spilled`). Returns the bytes it wrote to an
+    outputs only) or a worker's part file (:class:`.spill.Spilled`). Returns the bytes it wrote to an
     uncompressed output (0 for a gzip one, whose member counts its own)."""
     if isinstance(piece, tuple):
         assert gz is not None, "a deflated piece for an uncompressed output"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..files.sources import Head, with_tail
 from .base import Format, Hints, ReadContext, ReadResult
-from .chrome_json import NotATrace
+from .base.chrome_json import NotATrace
 from .chrome_trace import ChromeTrace
 from .kineto import Kineto
 from .merge_output import MergeOutput

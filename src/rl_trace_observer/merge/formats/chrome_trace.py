@@ -7,9 +7,8 @@ supplies an anchor; OS pids as they are, threads named by the file.
 from __future__ import annotations
 
 from ..files.sources import Head
-from . import chrome_json
-from .base import Format, Hints, ReadContext, ReadResult
-from .chrome_hints import chrome_hints
+from .base import Format, Hints, ReadContext, ReadResult, chrome_json
+from .base.chrome_hints import chrome_hints
 
 
 class ChromeTrace(Format):

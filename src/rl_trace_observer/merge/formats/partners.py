@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from ..files.sources import Source, read_content
 from . import format_for
 from .base import KERNELS, REPORT, ReadContext, ReadResult
-from .chrome_json import NotATrace, gc_paused
+from .base.chrome_json import NotATrace, gc_paused
 from .proton.pairing import RankLinks
 
 if TYPE_CHECKING:

@@ -15,9 +15,8 @@ import re
 from msgspec import UNSET
 
 from ..files.sources import Head
-from . import chrome_json
-from .base import REPORT, Format, Hints, ReadContext, ReadResult
-from .chrome_hints import chrome_hints
+from .base import REPORT, Format, Hints, ReadContext, ReadResult, chrome_json
+from .base.chrome_hints import chrome_hints
 
 # What VizTracer writes first (orjson compact or the stdlib's spaced JSON): its process/thread names,
 # then function entry/exit slices of category "FEE".

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..formats import manifest_counts
 from ..plan.plan import Plan
-from ..run.execute import RunState
 from ..run.jobs import SLICE_PHASES
+from ..run.stitch import RunState
 from ..timeline.identity import process_title
 from .ui import ui_section
 

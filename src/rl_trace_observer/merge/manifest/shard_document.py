@@ -18,7 +18,7 @@ from ..shards.schema import DOC_SCHEMA, NAMES, PARTITIONS, SPAN_SCHEMA
 from ..timeline.identity import process_title
 
 if TYPE_CHECKING:
-    from ..run.execute import RunState
+    from ..run.stitch import RunState
 
 
 def tracks(state: RunState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -17,6 +17,7 @@ from ..timeline.identity import ProcessDecl, ThreadDecl
 from ..timeline.model import Problem, ProcessKey
 
 SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
+INFLIGHT_BYTES = 256 << 20  # estimated decompressed input being parsed at once (all of a pool's workers)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Job:
     scope_namespace: int = 0
     sequence_id: int = 1
     weight: int = 0
-    spill_path: str | None = None  # where a worker process leaves big outputs (see ..writers.spill)
+    spill_path: str | None = None  # where a worker process leaves big outputs (see ..files.spill)
     clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
     clock_tolerance_ns: int = 1_000_000
     shards: ShardSpec | None = None  # also write the kept events as span rows (..shards)

@@ -1,7 +1,7 @@
 """A job's events as its own protobuf packet sequence (``.pftrace`` output; interning is per sequence).
 
 Why a module of its own: the worker stays about reading and passes; this is the bridge from the merge's
-:class:`.model.Event` structs to :class:`..writers.pftrace_fused.FusedWriter`, which encodes them as
+:class:`..timeline.model.Event` structs to :class:`..writers.pftrace_fused.FusedWriter`, which encodes them as
 they are (no per-event dict). Times reach the writer in ns relative to the job's base: the fused fast
 path makes them so; events from the listed passes (absolute ns) are shifted here.
 """

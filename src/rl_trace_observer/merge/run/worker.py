@@ -21,7 +21,7 @@ from ..clock.probe import stage_spans
 from ..files import spill
 from ..files.sources import read_content
 from ..formats import NotATrace, ReadContext, ReadResult, format_for
-from ..formats.chrome_json import gc_paused
+from ..formats.base.chrome_json import gc_paused
 from ..formats.partners import JobLinks, read_partner
 from ..timeline.model import Event, Problem, ProcessKey, Rebase
 from ..timeline.times import to_ns

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from msgspec import UNSET
@@ -26,8 +26,19 @@ from .schema import NAMES, arrow_schema
 from .spec import ProcMeta, ShardSpec
 
 if TYPE_CHECKING:
-    from ..run.jobs import Task
+    from ..files.sources import Source
+    from ..timeline.model import ProcessKey
     from ..transform.passes import IdentityMapper
+
+
+class Task(Protocol):
+    """What a row needs of the file it came from (a merge job's task: :class:`..run.jobs.Task`)."""
+
+    index: int
+    host: str
+    owner_key: ProcessKey
+    source: Source
+
 
 CHUNK = 65_536
 ROW_GROUP = 262_144

@@ -34,7 +34,7 @@ __all__ = [
 # Every phase of the Chrome trace event format (and "" for none): decoding ``ph`` as a Literal returns
 # one shared string instead of allocating (and later freeing) one per event. A phase outside this set
 # fails the fast decode, and the careful decode then drops just that event — as the merge drops any
-# phase it does not know (``readers.chrome_json.KNOWN_PHASES``).
+# phase it does not know (``timeline.times.KNOWN_PHASES``).
 Phase = Literal[
     "B", "E", "X", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M",
     "V", "v", "R", "c", "(", ")", "S", "T", "p", "F", "=", "",

@@ -3,7 +3,7 @@ remap, the JSON writer's µs conversion, phase counts, flow/async id namespacing
 links — for Chrome-JSON output with no time filters.
 
 Why: each pass over a file costs ~0.1-0.5 µs per event in Python, as much as decoding it; the general
-path (:func:`..timeline.times.to_ns` → :data:`..passes.PASSES` → writer) walks the events
+path (:func:`..timeline.times.to_ns` → :data:`.passes.PASSES` → writer) walks the events
 five times and ``collections.Counter`` a sixth. For the same reason :func:`to_output` is one long
 function with the hot cases inlined (a call per event costs as much as the event's work) and the rare
 ones in :mod:`.flowspace`. The result is identical — ``tests/test_merge_properties.py`` checks the two

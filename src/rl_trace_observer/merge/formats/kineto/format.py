@@ -16,9 +16,8 @@ from msgspec import UNSET
 
 from ...files.sources import Head
 from ...timeline.model import Problem
-from .. import chrome_json
-from ..base import REGIONS, Format, Hints, ReadContext, ReadResult, SourcePid
-from ..chrome_hints import ABSOLUTE_US, chrome_hints
+from ..base import REGIONS, Format, Hints, ReadContext, ReadResult, SourcePid, chrome_json
+from ..base.chrome_hints import ABSOLUTE_US, chrome_hints
 from .pairing import StageLinks
 
 if TYPE_CHECKING:

@@ -14,9 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...files.sources import Head
-from .. import chrome_json
-from ..base import KERNELS, Format, Hints, ReadContext, ReadResult, SourcePid
-from ..chrome_hints import chrome_hints
+from ..base import KERNELS, Format, Hints, ReadContext, ReadResult, SourcePid, chrome_json
+from ..base.chrome_hints import chrome_hints
 
 
 class Proton(Format):

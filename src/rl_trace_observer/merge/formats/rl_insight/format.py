@@ -4,7 +4,7 @@
 Prometheus-style ``labels``, and each label set is its own series, so it becomes part of the counter
 track's name. A last line without its newline was cut by a kill: it is dropped and the file is
 reported incomplete; a bad line elsewhere is dropped and counted. Rollout servers' request spans
-also give their engine phases and a "requests in flight" counter (:mod:`..transform.requests`).
+also give their engine phases and a "requests in flight" counter (:mod:`.requests`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from ...files.sources import Head
 from ...timeline.model import Event, Problem
 from ...timeline.times import KNOWN_PHASES, MAX_TS_NS
 from ..base import STAGES, Format, Hints, ReadContext, ReadResult, SourcePid
-from ..chrome_hints import first_int
-from ..chrome_json import gc_paused
+from ..base.chrome_hints import first_int
+from ..base.chrome_json import gc_paused
 from .requests import request_events
 
 LANE_PREFIX = "RL-Insight · "

@@ -20,9 +20,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from ..timeline.model import Event, Problem
-from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, to_ns
-from .base import ReadContext, ReadResult
+from ...timeline.model import Event, Problem
+from ...timeline.times import KNOWN_PHASES, MAX_TS_NS, to_ns
+from . import ReadContext, ReadResult
 
 _SALVAGE_ATTEMPTS = 64
 _NON_FINITE = re.compile(rb"(?<=[:,\[])(\s*)-?(?:NaN|Infinity)")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ..files.sources import Head
-from .base import Hints
+from ...files.sources import Head
+from . import Hints
 
 ABSOLUTE_US = 1e14  # µs after 1973: a ts this large without an anchor is absolute epoch µs (torch < 2.4)
 TOKENSPEED_NAME = re.compile(

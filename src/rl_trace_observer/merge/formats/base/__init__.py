@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..files.sources import Head
-from ..timeline.model import Event, Problem, ProcessInfo
+from ...files.sources import Head
+from ...timeline.model import Event, Problem, ProcessInfo
 
 if TYPE_CHECKING:
-    from ..clock.pairs import PairAlignment
+    from ...clock.pairs import PairAlignment
 
 SourcePid = int | str
 
