@@ -1,5 +1,5 @@
 """``rl-trace sql INPUT "SELECT …"``: DuckDB over the span table (a thin shell over
-:mod:`rl_trace_observer.analysis.answers.sql_format`)."""
+:mod:`rl_trace_observer.analysis.query.sql_format`)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def register(app: typer.Typer) -> None:
         output: str | None = typer.Option(None, "--output", "-o", help="Write CSV/JSON here instead."),
     ) -> None:
         """Query the run's flat span table with SQL (DuckDB, offline)."""
-        from ..analysis.answers.sql import SqlError
-        from ..analysis.answers.sql_format import query as run_query
-        from ..analysis.answers.sql_format import to_csv, to_json, to_rich
+        from ..analysis.query.sql import SqlError
+        from ..analysis.query.sql_format import query as run_query
+        from ..analysis.query.sql_format import to_csv, to_json, to_rich
         from ..analysis.report.load import TraceError
 
         if as_csv and as_json:

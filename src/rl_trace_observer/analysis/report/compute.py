@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import intervals as iv
 from ..answers.verl_metrics import metric_check
-from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section

@@ -21,7 +21,7 @@ from ...capture.atomic import atomic_output
 from ...merge.shards.arrow import parquet, pyarrow
 from ...merge.shards.schema import NAMES, arrow_schema
 from ...merge.timeline.model import us_to_ns
-from ..report.load import TraceError, _open_binary
+from ..report.load import TraceError, open_binary
 from ..report.stream import EventStream, NotStreamable
 
 BATCH = 200_000
@@ -50,7 +50,7 @@ def _names(
 ) -> tuple[dict[Any, tuple[Any, ...]], dict[tuple[Any, Any], tuple[str, str | None]], int]:
     procs: dict[Any, tuple[Any, ...]] = {}
     threads: dict[tuple[Any, Any], tuple[str, str | None]] = {}
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         stream = EventStream(f)
         for events in stream.chunks():
             for ev in events:
@@ -78,7 +78,7 @@ def convert(path: Path, output: Path) -> int:
         with atomic_output(output) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             cols: dict[str, list[Any]] = {n: [] for n in NAMES}
             ordinal = 0
-            with _open_binary(path) as f:
+            with open_binary(path) as f:
                 for events in EventStream(f).chunks():
                     for ev in events:
                         if ev.ph == "M" or ev.ts is None:
