@@ -43,7 +43,7 @@ def test_core_import_is_light_and_side_effect_free(module: str) -> None:
 def test_merge_never_imports_frameworks_anywhere() -> None:
     """Static check: no module under merge/ or capture/ names torch, verl or ray in an import."""
     pattern = re.compile(r"^\s*(import|from)\s+(torch|verl|ray|rl_insight)\b", re.M)
-    for folder in ("capture", "merge"):
+    for folder in ("common", "capture", "merge"):
         for path in (ROOT / "src" / "rl_trace_observer" / folder).rglob("*.py"):
             assert not pattern.search(path.read_text()), f"{path} imports a framework"
 
@@ -92,6 +92,7 @@ SRC = ROOT / "src"
 LAYERS = {
     "rl_trace_observer": 0,  # the package root (version) and config: one place for settings
     "config": 0,
+    "common": 0,  # atomic writes, JSON encoding, the clock-offset estimator: stdlib (+ orjson) only
     "capture": 1,  # in-process, stdlib + orjson
     "integrations": 2,  # one folder per framework, imported lazily
     "testing": 2,  # synthetic files in real wire formats and the offline Perfetto engine, for tests

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.capture.clock_sync import OffsetPoint
+from rl_trace_observer.common.clock_offsets import OffsetPoint
 from rl_trace_observer.merge.clock.model import Correction
 from rl_trace_observer.merge.clock.pair_events import (
     match_keyed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import config as config_mod
-from ..capture.encoding import dumps_pretty
+from ..common.encoding import dumps_pretty
 
 
 def register(app: typer.Typer) -> None:

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
 
         from ..analysis.query import diff as d
         from ..analysis.query import diff_render as r
-        from ..capture.atomic import write_atomic
+        from ..common.atomic import write_atomic
 
         try:
             thresholds = [d.Threshold.parse(t) for t in fail_if or []]

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         if as_csv or as_json:
             data = to_csv(result).encode() if as_csv else to_json(result)
             if output:
-                from ..capture.atomic import write_atomic
+                from ..common.atomic import write_atomic
 
                 write_atomic(Path(output), data)
                 typer.echo(f"wrote {output} ({len(result.rows)} rows)", err=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ...merge.shards.layout import is_shards_dir
 from ..report.inputs import InputError, resolve
 

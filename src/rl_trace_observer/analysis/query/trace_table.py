@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from msgspec import UNSET
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ...merge.shards.arrow import parquet, pyarrow
 from ...merge.shards.schema import NAMES, arrow_schema
 from ...merge.timeline.model import us_to_ns

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ...capture.atomic import write_atomic
-from ...capture.encoding import dumps_pretty
+from ...common.atomic import write_atomic
+from ...common.encoding import dumps_pretty
 from ..formats import format_of
 from ..timeline.model import Problem
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ..files.compress import GzipMember, write_any_piece
 from ..files.writeback import WritebackFile
 from ..timeline.identity import ProcessDecl, ThreadDecl, process_title

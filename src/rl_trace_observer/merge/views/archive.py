@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ..options import MergeOptions, MergeResult, UsageError
 from ..shards.dataset import Shards
 from .view import Empty, ViewSelection, write_rows, write_view

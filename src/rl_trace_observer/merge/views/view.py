@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ..files.writeback import WritebackFile
 from ..manifest.document import manifest_path_for, new_manifest, write_manifest
 from ..manifest.ui import ui_section
