@@ -110,7 +110,7 @@ def test_sql_needs_no_pandas_reads_time_zones_and_takes_the_format_from_the_suff
         == 0
     )
     code = (
-        "import sys; from rl_trace_observer.analysis.answers.sql_format import query; "
+        "import sys; from rl_trace_observer.analysis.query.sql_format import query; "
         f"r = query({str(shards)!r}, 'SELECT 1 AS x'); assert r.rows == [(1,)]; "
         "print('pandas' in sys.modules)"
     )

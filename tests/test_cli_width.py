@@ -14,7 +14,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from rl_trace_observer.analysis.answers import diff, diff_render
+from rl_trace_observer.analysis.query import diff, diff_render
 from rl_trace_observer.analysis.report import terminal
 from rl_trace_observer.analysis.report.answer_tables import tables as answer_tables
 from rl_trace_observer.analysis.report.rollout import rollout_section

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.merge.model import FLOAT_US_EXACT_NS
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
 from rl_trace_observer.merge.shards.dataset import Shards
+from rl_trace_observer.merge.timeline.model import FLOAT_US_EXACT_NS
 
 pytest.importorskip("pyarrow")
 

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from rl_trace_observer.merge.model import Event
+from rl_trace_observer.merge.timeline.model import Event
 from rl_trace_observer.merge.writers.pftrace import PftraceWriter
 from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter, _order, event_dict, fan_ends
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis.report import intervals as iv
+from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.report.compute import SCHEMA, build_summary
 from rl_trace_observer.analysis.report.inputs import artifacts_section, clock_section
 from rl_trace_observer.analysis.report.load import TraceError, load_trace, split_labels

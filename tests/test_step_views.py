@@ -19,7 +19,7 @@ from rl_trace_observer.analysis.report.load import Span
 from rl_trace_observer.analysis.report.stages import STAGE_TABLE, STEP
 from rl_trace_observer.capture import Recorder
 from rl_trace_observer.config import Config
-from rl_trace_observer.merge.plan.markers import STEP_MARKERS, marker, windows_from_markers
+from rl_trace_observer.merge.timeline.steps import STEP_MARKERS, marker, windows_from_markers
 
 from .cli_run import rl_trace
 from .corpus.recorded import SetClock, record_process

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from .. import config as config_mod
-from ..capture.encoding import dumps_pretty
+from ..common.encoding import dumps_pretty
 
 
 def field_of(variable: str) -> str:

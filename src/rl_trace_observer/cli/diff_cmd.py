@@ -1,5 +1,5 @@
 """``rl-trace diff A B [--fail-if EXPR]``: per stage and role, the change in time per step between two
-runs, with a noise band; a CI gate (a thin shell over :mod:`rl_trace_observer.analysis.answers.diff`)."""
+runs, with a noise band; a CI gate (a thin shell over :mod:`rl_trace_observer.analysis.query.diff`)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def register(app: typer.Typer) -> None:
         """Compare two runs: per stage and role, time per step in A and B, the change and its noise."""
         from rich.console import Console
 
-        from ..analysis.answers import diff as d
-        from ..analysis.answers import diff_render as r
-        from ..capture.atomic import write_atomic
+        from ..analysis.query import diff as d
+        from ..analysis.query import diff_render as r
+        from ..common.atomic import write_atomic
         from .errors import check_output, make_parent, require_inputs
 
         require_inputs(a, b)

@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _draw_path(input: str, summary: dict[str, Any], output: Path) -> Path:
-    from ..analysis.answers.highlight import merged_json, write_with_path
+    from ..analysis.query.highlight import merged_json, write_with_path
     from ..analysis.report.inputs import InputError
 
     try:

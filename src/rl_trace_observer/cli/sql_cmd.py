@@ -1,5 +1,5 @@
 """``rl-trace sql INPUT "SELECT …"``: DuckDB over the span table (a thin shell over
-:mod:`rl_trace_observer.analysis.answers.sql_format`)."""
+:mod:`rl_trace_observer.analysis.query.sql_format`)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Query the run's flat span table with SQL (DuckDB, offline)."""
-        from ..analysis.answers.sql import SqlError
-        from ..analysis.answers.sql_format import query as run_query
-        from ..analysis.answers.sql_format import to_csv, to_json, to_rich
+        from ..analysis.query.sql import SqlError
+        from ..analysis.query.sql_format import query as run_query
+        from ..analysis.query.sql_format import to_csv, to_json, to_rich
         from ..analysis.report.load import TraceError
         from .errors import check_output, make_parent, require_inputs
 
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         if as_csv or as_json:
             data = to_csv(result).encode() if as_csv else to_json(result)
             if output:
-                from ..capture.atomic import write_atomic
+                from ..common.atomic import write_atomic
 
                 make_parent(output)
                 write_atomic(Path(output), data)

@@ -29,10 +29,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ...merge.plan.markers import as_int, marker, windows_from_markers
+from ...merge.timeline.steps import as_int, marker, windows_from_markers
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import intervals as iv
 from ..answers.verl_metrics import metric_check
-from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
@@ -141,7 +141,7 @@ def lane_of(data: TraceData, span: Span) -> str:
 def step_windows(markers: list[Span]) -> list[Window]:
     """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies).
 
-    The rule is the merge's (:mod:`...merge.plan.markers`): span shards give each row the same step."""
+    The rule is the merge's (:mod:`...merge.timeline.steps`): span shards give each row the same step."""
     found = [
         marker(p, m.start_ns, m.end_ns, m.args) for m in markers if (p := marker_priority(m.name)) is not None
     ]

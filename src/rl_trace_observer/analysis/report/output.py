@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ...capture.atomic import write_atomic
+from ...common.atomic import write_atomic
 from . import html as report_html
 from .compute import build_summary
 from .inputs import InputError, ResolvedInput, artifacts_section, clock_section, merged_first, resolve

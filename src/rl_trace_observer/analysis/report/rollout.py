@@ -48,7 +48,7 @@ from ...capture.requests import (
     SYNC_CAT,
 )
 from ...capture.staleness import CONSUME_SPAN
-from . import intervals as iv
+from ..answers import intervals as iv
 
 TAIL_QUANTILE = 0.9
 SLOWEST_SHOWN = 10

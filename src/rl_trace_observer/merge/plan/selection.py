@@ -2,7 +2,7 @@
 
 A file is kept or skipped as a whole by its run, role and step (from its process record, else its
 name); ``--step`` also keeps only events inside the selected steps' windows when the run has them
-(its step markers, the report's rule: :mod:`.markers`; else ``step_begin``/``step_end`` snapshots).
+(its step markers, the report's rule: :mod:`..timeline.steps`; else ``step_begin``/``step_end`` snapshots).
 A step without a window is reported (``no_step_window``) rather than guessed.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import Problem, ProcessInfo
-from .plan import EVENT_KINDS, Plan
+from ..formats import EVENT_KINDS
+from ..timeline.model import Problem, ProcessInfo
+from .plan import Plan
 
 EPOCH_S = 1e9  # --time-window values at least this large are Unix seconds, smaller ones are relative
 

@@ -14,20 +14,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from msgspec import UNSET
 
-from ..model import Event, us_to_ns
+from ..timeline.model import Event, us_to_ns
 from .arrow import compute, parquet, pyarrow
 from .layout import part_name, partition_dir
 from .schema import NAMES, arrow_schema
 from .spec import ProcMeta, ShardSpec
 
 if TYPE_CHECKING:
-    from ..run.jobs import Task
+    from ..files.sources import Source
+    from ..timeline.model import ProcessKey
     from ..transform.passes import IdentityMapper
+
+
+class Task(Protocol):
+    """What a row needs of the file it came from (a merge job's task: :class:`..run.jobs.Task`)."""
+
+    index: int
+    host: str
+    owner_key: ProcessKey
+    source: Source
+
 
 CHUNK = 65_536
 ROW_GROUP = 262_144
@@ -253,7 +264,7 @@ class ShardSink:
 
 
 def _ns(pa: Any, pc: Any, values: list[Any], far: dict[int, int] | None = None) -> Any:
-    """Output µs → exact int ns, as :func:`..model.us_to_ns` (whole µs and the fraction apart:
+    """Output µs → exact int ns, as :func:`..timeline.model.us_to_ns` (whole µs and the fraction apart:
     ``round(µs * 1000)`` misses ~1 % of values from ~26 days on), in Arrow; ``far``: the values past
     ``FLOAT_US_EXACT_NS`` are already int ns, put there by ``add``."""
     if far:

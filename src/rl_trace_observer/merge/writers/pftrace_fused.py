@@ -1,5 +1,6 @@
-"""The ``.pftrace`` encoder fused with the merge: packets straight from the merge's :class:`..model.Event`
-structs, one thread at a time, with the semantics of :class:`.pftrace.PftraceWriter` (which it extends).
+"""The ``.pftrace`` encoder fused with the merge: packets straight from the merge's
+:class:`..timeline.model.Event` structs, one thread at a time, with the semantics of
+:class:`.pftrace.PftraceWriter` (which it extends).
 
 Why: the dict writer pays ~30 Python calls per slice (a dict per event, a method per packet, a varint
 call per number); the merge already holds interned names, merged ids and exact times in its structs.
@@ -24,9 +25,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from .. import native
-from ..model import Event
-from ..readers.chrome_json import decode_raw_args
+from ..formats.base.chrome_json import decode_raw_args
+from ..timeline.model import Event
+from . import native
 from ._pbwire import _CONT, SMALL_VARINTS, pack_fixed64, varint
 from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING, OpenSlice
 from .pftrace import PftraceWriter
