@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 
 MERGE_CHILD = """
 import json, resource, sys, time
-from rl_trace_observer.merge import native
+from rl_trace_observer.merge.writers import native
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 inputs = json.loads(run) if run.startswith("[") else [run]  # a run directory, or a JSON list of files

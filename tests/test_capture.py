@@ -48,8 +48,7 @@ def test_span_nanoseconds_round_trip_exactly(
 def test_float_microseconds_alone_would_lose_precision(out_dir: Path) -> None:
     """Why ts_ns exists: the line's epoch-µs ``ts`` float cannot hold every nanosecond; the merger's
     reader takes the exact ``ts_ns`` beside it."""
-    from rl_trace_observer.merge.readers import reader_for
-    from rl_trace_observer.merge.readers.base import ReadContext
+    from rl_trace_observer.merge.formats import ReadContext, format_for
 
     start = 1_795_000_000_123_456_789
     rec = _recorder(out_dir)
@@ -57,7 +56,7 @@ def test_float_microseconds_alone_would_lose_precision(out_dir: Path) -> None:
     rec.close()
     (line,) = spans(read_jsonl(rec.events.path))
     assert round(line["ts"] * 1000) != start  # what a reader of the Chrome "ts" alone would get
-    res = reader_for("rl_insight").read(rec.events.path.read_bytes(), ReadContext("f", "f"))
+    res = format_for("rl_insight").read(rec.events.path.read_bytes(), ReadContext("f", "f"))
     assert [(e.name, e.ts, e.dur) for e in res.events if e.ph == "X"] == [("actor_update", start, 5)]
 
 

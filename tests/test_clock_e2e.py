@@ -38,10 +38,10 @@ from .conftest import need
 ray = need("ray")
 need("rl_insight")
 
-from rl_trace_observer.analysis.perfetto import engine as perfetto_engine  # noqa: E402
 from rl_trace_observer.capture import configure  # noqa: E402
 from rl_trace_observer.config import Config  # noqa: E402
 from rl_trace_observer.integrations.ray import clock_sync as rcs  # noqa: E402
+from rl_trace_observer.testing.perfetto import engine as perfetto_engine  # noqa: E402
 
 from .conftest import merge_cli  # noqa: E402
 
@@ -286,7 +286,7 @@ def _check_measurements(out: Path, hosts: dict[str, Any]) -> dict[str, list[tupl
 def _snapshot_error(out: Path, host: str, jump: dict[str, Any]) -> int:
     """How far a jump seen between two snapshots can be off the real step: the time each snapshot's
     reading took (a preemption between its monotonic and wall reads) plus the real clock's slewing."""
-    from rl_trace_observer.capture.clock_sync import DEFAULT_SLEW_PPM
+    from rl_trace_observer.common.clock_offsets import DEFAULT_SLEW_PPM
 
     (rec,) = [r for r in _records(out).values() if r["hostname"] == host]
     lo, hi = jump["wall_range_ns"]

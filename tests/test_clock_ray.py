@@ -196,7 +196,7 @@ def _spans(out: Path) -> dict[str, int]:
 def _perfetto_alignment(tmp: Path, spans: dict[str, int], fix_c: Any, fix_b: Any) -> None:
     """The corrected spans, written as Chrome JSON, sit in the real Perfetto engine exactly where the
     corrections put them (µs with 3 decimals: exact to the ns, ±1 ns each for the float parse)."""
-    from rl_trace_observer.analysis.perfetto import engine as perfetto_engine
+    from rl_trace_observer.testing.perfetto import engine as perfetto_engine
 
     reason = perfetto_engine.unavailable_reason()
     if reason:
@@ -352,7 +352,7 @@ def test_skipped_quietly_without_ray(tmp_path: Path) -> None:
 def _snapshot_error(out: Path, host: str, jump: dict[str, Any]) -> int:
     """How far a jump seen between two snapshots can be off the real step: the time each snapshot's
     reading took (a preemption between its monotonic and wall reads) plus the real clock's slewing."""
-    from rl_trace_observer.capture.clock_sync import DEFAULT_SLEW_PPM
+    from rl_trace_observer.common.clock_offsets import DEFAULT_SLEW_PPM
 
     (rec,) = [r for r in _records(out) if r["hostname"] == host]
     lo, hi = jump["wall_range_ns"]

@@ -25,6 +25,7 @@ __all__ = [
     "ROLLOUT_CATEGORIES",
     "STAGE_TABLE",
     "STEP",
+    "SYNC_ROOT_NAME",
     "TRAINING_CATEGORIES",
     "WORK_CATEGORIES",
     "StageRule",
@@ -71,8 +72,10 @@ TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
 
 # The rollout section's weight-sync rows: which trainer span is one whole sync (one row each; the
 # trainer's other weight-sync spans inside it are its phases), and which replica span loads the weights
-# (its ``bytes`` are summed). Both are weight_sync rows of the table above.
-SYNC_ROOT = re.compile(r"^update_weights$", re.IGNORECASE)
+# (its ``bytes`` are summed). Both are weight_sync rows of the table above; the report's notes name
+# the root span by SYNC_ROOT_NAME so that they say what the code picks.
+SYNC_ROOT_NAME = "update_weights"
+SYNC_ROOT = re.compile(rf"^{SYNC_ROOT_NAME}$", re.IGNORECASE)
 WEIGHT_LOAD = re.compile(r"^load_weights$", re.IGNORECASE)
 
 _COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in STAGE_TABLE)
