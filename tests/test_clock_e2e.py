@@ -164,6 +164,10 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
     try:
         sync = rcs.clock_sync()
         assert sync is not None
+        # Which boundaries are measured, not how fast (benchmarks/clock_handshake.py): the background
+        # budget is what this test calls a hang, so a loaded machine's 30-200 ms round trips change
+        # nothing; a measurement still ends as soon as its rounds are done.
+        sync.background_budget_ms = 20_000.0
         for handle in hosts.values():
             sync.add_target(handle, "process")
         assert rcs.prepare(timeout_s=120) == len(hosts) + 1  # the three actors and this node's responder
