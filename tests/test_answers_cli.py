@@ -260,7 +260,8 @@ PATH_FLOWS_SQL = (
 def test_critical_path_drawn_into_the_trace_opens_in_perfetto(
     demo: dict[str, Any], tmp_path: Path, source: str
 ) -> None:
-    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
+    from rl_trace_observer.testing.perfetto import engine
+
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)

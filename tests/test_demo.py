@@ -127,7 +127,8 @@ def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str,
 @pytest.mark.perfetto
 @pytest.mark.parametrize("name", ["trace.pftrace", "trace.json.gz"])
 def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
-    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
+    from rl_trace_observer.testing.perfetto import engine
+
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)
