@@ -17,7 +17,7 @@ import errno
 import os
 from typing import Any, Protocol
 
-_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)  # read: the tail repair
 _CHUNK = 1 << 20
 
 

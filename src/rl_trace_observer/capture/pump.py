@@ -323,16 +323,19 @@ class Channel:
     def _cycle(self) -> None:
         t = self._transport if self._transport is not None else self._connect()
         self._take_messages(t)
+        t = self._transport
+        if t is None:
+            return  # lines wait in their deques (bounded) for the next drain
         now = time.monotonic()
         with self._sync_cond:  # read before taking lines: a sync covers what was handed over before it
             asked = self._sync_asked
-        room = t is not None
+        room = True
         for sid, s in list(self.streams.items()):
             room = self._frame(sid, s, room, now) and room
-        if asked > self._sync_sent and t is not None:
+        if asked > self._sync_sent:
             self._outbox += frames.encode(frames.SYNC, 0, a=asked)
             self._sync_sent = asked
-        if t is not None and self._outbox and not t.send(self._outbox):
+        if self._outbox and not t.send(self._outbox):
             self._lost(t)
 
     def _frame(self, sid: int, s: Stream, room: bool, now: float) -> bool:
@@ -354,7 +357,7 @@ class Channel:
                 s.dropped_here += n
                 self._warn_dropping()
         if s.new_headers and room:
-            heads, s.new_headers = s.new_headers, []
+            heads = s.take_headers()
             outbox += frames.encode(frames.HEADER, sid, b"".join(heads), b=len(heads))
         if s.record_source is not None and room and s.record_wanted(now):
             payload = s.record_source()
@@ -399,11 +402,11 @@ class Channel:
         self._transport = None
         self._outbox.clear()
         self._closed.clear()
-        self._spawn_at = time.monotonic() + RESPAWN_AFTER_S
+        self._spawn_at = time.monotonic() + RESPAWN_AFTER_S * (self._spawns - 1)  # the first at once
         self.warn_once(
             "drain_exit",
             f"the capture drain process {t.pid} exited; starting another (lines it had not written "
-            "are counted as dropped)",
+            "yet are counted as dropped)",
         )
 
     def _take_messages(self, t: _Pipe | _Local | None) -> None:
@@ -456,9 +459,6 @@ class Channel:
             self._stopped.set()
 
     def _warn_dropping(self) -> None:
-        if self._transport is None:
-            self.warn_once("no_writer", "no capture drain process right now; events are dropped and counted")
-            return
         self.warn_once(
             "backlog",
             f"the capture drain process is not keeping up (pipe full, {self.backlog_bytes >> 20} MiB "

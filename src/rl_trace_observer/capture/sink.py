@@ -159,9 +159,10 @@ class Sink:
         kind = f.kind
         if kind == frames.OPEN:
             spec = loads(f.payload)
-            self._streams[f.sid] = _Stream(
-                spec["path"], spec.get("record"), bool(spec.get("resume")), self.ops
-            )
+            new = _Stream(spec["path"], spec.get("record"), bool(spec.get("resume")), self.ops)
+            self._streams[f.sid] = new
+            if new.resume and os.path.exists(new.file.path):  # count what is there before any news
+                self._ensure_open(f.sid, new)
             return
         if kind == frames.SYNC:
             self.emit({"sync": f.a, "counts": {str(k): s.counts() for k, s in self._streams.items()}})

@@ -106,11 +106,9 @@ class Stream:
 
     def append_header(self, line: bytes) -> None:
         """A line that must head every file of this stream (e.g. a lane's name)."""
+        self.append(line)
         with self._overflow_lock:
             self.new_headers.append(line)
-            if len(self.all_headers) < MAX_HEADERS:
-                self.all_headers.append(line)
-        self.append(line)
 
     def record_changed(self) -> None:
         """Ask for the record to be rewritten (within ~2 ms unless the disk lags)."""
@@ -157,6 +155,16 @@ class Stream:
             self.dropped_here += over
         self.emitted += n
         return data, n
+
+    def take_headers(self) -> list[bytes]:
+        """Header lines named since the last take (their lines were taken before them); kept for
+        a replacement drain, which may need them at the top of a new file."""
+        with self._overflow_lock:
+            heads, self.new_headers = self.new_headers, []
+        room = MAX_HEADERS - len(self.all_headers)
+        if room > 0:
+            self.all_headers += heads[:room]
+        return heads
 
     def record_wanted(self, now: float) -> bool:
         return self.record_due or (now >= self._record_next and self.emitted != self._record_emitted)
