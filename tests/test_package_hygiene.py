@@ -93,7 +93,7 @@ LAYERS = {
     "config": 0,
     "capture": 1,  # in-process, stdlib + orjson
     "integrations": 2,  # one folder per framework, imported lazily
-    "testing": 2,  # synthetic files in real wire formats, for tests and benchmarks
+    "testing": 3,  # for tests and benchmarks: synthetic files, fault harnesses (drive integrations)
     "merge": 3,  # readers → one timeline model → writers
     "analysis": 4,  # report, Perfetto engine harness
     "cluster": 4,  # merge --ray: node tasks (Ray + the merger); peers of analysis, never importing it

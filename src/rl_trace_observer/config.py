@@ -84,7 +84,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Memory (MiB, per training process) that may hold events its output disk has not taken yet "
         "(a hung or slow mount); beyond it newer events are dropped and counted, with one warning. "
         "Held by the process's drain (a small helper process that does all file writes); the "
-        "training process itself keeps at most 1/16 of it (at least 1 MiB) while the drain lags.",
+        "training process itself holds as much again only while its drain is starved of CPU or stopped.",
     ),
     Setting(
         "RL_TRACE_EXIT_WAIT_S",

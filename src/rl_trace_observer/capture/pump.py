@@ -31,14 +31,13 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import frames
 from .encoding import loads
 from .sink import Sink
 
-if TYPE_CHECKING:
-    from .streams import Stream
+Stream = Any  # a streams.Stream (that module imports this one, so not imported back)
 
 
 log = logging.getLogger("rl_trace_observer")
@@ -87,14 +86,12 @@ class _Pipe:
         self._tail = b""
         self._launcher: subprocess.Popen[bytes] | None = launcher  # reaped without waiting for it
 
-    def send(self, outbox: bytearray) -> bool:
+    def send(self, outbox: frames.Outbox) -> bool:
         """Write what the pipe takes; False when the drain is gone."""
         if self.w is None:
             return False
         try:
-            while outbox:
-                n = os.write(self.w, outbox)
-                del outbox[:n]
+            outbox.write_to(self.w)
         except BlockingIOError:
             pass
         except OSError:  # EPIPE: the drain exited
@@ -128,7 +125,7 @@ class _Pipe:
                     out.append(loads(line))
         return out, eof
 
-    def finish(self, deadline: float, outbox: bytearray, on_messages: Any) -> None:
+    def finish(self, deadline: float, outbox: frames.Outbox, on_messages: Any) -> None:
         """Exit: hand over the outbox, close our end, let the drain settle — until ``deadline``."""
         while outbox and self.w is not None and time.monotonic() < deadline:
             if not self.send(outbox):
@@ -169,9 +166,8 @@ class _Local:
         self.sink = Sink(buffer_bytes, self._inbox.append)
         self.sink.start()
 
-    def send(self, outbox: bytearray) -> bool:
-        self.sink.put(self._parser.feed(bytes(outbox)))
-        outbox.clear()
+    def send(self, outbox: frames.Outbox) -> bool:
+        self.sink.put(self._parser.feed(outbox.take_all()))
         return True
 
     def messages(self) -> tuple[list[dict[str, Any]], bool]:
@@ -180,7 +176,7 @@ class _Local:
             out.append(self._inbox.popleft())
         return out, False
 
-    def finish(self, deadline: float, outbox: bytearray, on_messages: Any) -> None:
+    def finish(self, deadline: float, outbox: frames.Outbox, on_messages: Any) -> None:
         self.send(outbox)
         self.sink.finish()
         if self.sink.thread is not None:
@@ -213,7 +209,7 @@ class Channel:
         self._lock = threading.Lock()  # the stream table and sync tokens; held for a few lines only
         self._wake = threading.Event()
         self.awake = False
-        self._outbox = bytearray()
+        self._outbox = frames.Outbox()
         self._transport: _Pipe | _Local | None = None
         self._spawns = 0
         self._spawn_at = 0.0
@@ -333,7 +329,7 @@ class Channel:
         for sid, s in list(self.streams.items()):
             room = self._frame(sid, s, room, now) and room
         if asked > self._sync_sent:
-            self._outbox += frames.encode(frames.SYNC, 0, a=asked)
+            self._outbox.add(frames.SYNC, 0, a=asked)
             self._sync_sent = asked
         if self._outbox and not t.send(self._outbox):
             self._lost(t)
@@ -342,29 +338,29 @@ class Channel:
         """Frame one stream's news into the outbox; False once the outbox is over its cap."""
         outbox = self._outbox
         if not s.announced and self._transport is not None:  # the writer learns the stream first
-            outbox += frames.encode(frames.OPEN, sid, s.open_spec(self._spawns > 1 or s.resume))
+            outbox.add(frames.OPEN, sid, s.open_spec(self._spawns > 1 or s.resume))
             if self._spawns > 1 and s.all_headers:  # a replacement drain: it may need them for a new file
-                outbox += frames.encode(frames.HEADER, sid, b"".join(s.all_headers), b=len(s.all_headers))
+                outbox.add(frames.HEADER, sid, b"".join(s.all_headers), b=len(s.all_headers))
             s.announced = True
         room = room and len(outbox) < self.backlog_bytes
         closing = s.closing  # before the take: lines handed over before close() are all in it
         data, n = s.take()
         if n or s.emitted != s.sent_emitted:
             if room:
-                outbox += frames.encode(frames.LINES, sid, data, a=s.emitted, b=n)
+                outbox.add(frames.LINES, sid, data, a=s.emitted, b=n)
                 s.sent_emitted = s.emitted
             elif n:
                 s.dropped_here += n
                 self._warn_dropping()
         if s.new_headers and room:
             heads = s.take_headers()
-            outbox += frames.encode(frames.HEADER, sid, b"".join(heads), b=len(heads))
+            outbox.add(frames.HEADER, sid, b"".join(heads), b=len(heads))
         if s.record_source is not None and room and s.record_wanted(now):
             payload = s.record_source()
-            outbox += frames.encode(frames.RECORD, sid, payload, a=s.emitted, b=next(self._seq))
+            outbox.add(frames.RECORD, sid, payload, a=s.emitted, b=next(self._seq))
             s.record_sent(now)
         if closing and room:
-            outbox += frames.encode(frames.CLOSE, sid)
+            outbox.add(frames.CLOSE, sid)
             with self._lock:
                 self.streams.pop(sid, None)
             self._closed[sid] = s  # until the writer's "closed" answer brings its last counts

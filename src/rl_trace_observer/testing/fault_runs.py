@@ -173,6 +173,14 @@ def read_out(out: Path) -> dict[str, Any]:
     }
 
 
+def _started(out: Path, timeout_s: float = 60) -> None:
+    """Wait until the loop's event log exists (its drain is up), then one more second of load."""
+    deadline = time.monotonic() + timeout_s
+    while not list(out.glob("rl-insight-*.chrome.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
 def _settle(loop: Traced, timeout_s: float = 60) -> bool:
     """Wait for the loop's drain (if any) to finish after the loop exited."""
     return wait_gone(loop.last.get("drain"), timeout_s)
@@ -186,7 +194,7 @@ def freeze(
     loop = Traced(out, rate, src, **env)
     drain_rss = None
     try:
-        time.sleep(1.0)  # warm-up: the drain is up, lanes exist
+        _started(out)  # warm-up: the drain is up, lanes exist
         loop.send("window unfaulted")
         time.sleep(2.0)
         loop.send("specials unfaulted")
@@ -227,7 +235,7 @@ def exit_while_frozen(fs: LoopFS, rate: float, src: str | None = None) -> dict[s
     out = fs.mount / "out"
     loop = Traced(out, rate, src)
     try:
-        time.sleep(1.0)
+        _started(out)
         with fs.frozen_for():
             time.sleep(0.5)
             exit_s = loop.exit(10.0)
@@ -255,7 +263,7 @@ def kill_while_frozen(fs: LoopFS, rate: float, src: str | None = None) -> dict[s
     out = fs.mount / "out"
     loop = Traced(out, rate, src)
     try:
-        time.sleep(1.0)
+        _started(out)
         with fs.frozen_for():
             time.sleep(1.0)
             try:
@@ -280,7 +288,7 @@ def full_disk(fs: LoopFS, rate: float, cycles: int = 5, src: str | None = None) 
     out = fs.mount / "out"
     loop = Traced(out, rate, src)
     try:
-        time.sleep(1.0)
+        _started(out)
         for _ in range(cycles):
             fs.fill(leave_bytes=16 << 10)
             time.sleep(0.6)
@@ -305,7 +313,7 @@ def removed(base: Path, rate: float, *, replace: bool = False, src: str | None =
     out = base / "out"
     loop = Traced(out, rate, src)
     try:
-        time.sleep(1.0)
+        _started(out)
         before = read_out(out)
         if replace:
             os.rename(out, base / "out.old")
@@ -344,7 +352,12 @@ def read_only(fs: LoopFS, rate: float, src: str | None = None) -> dict[str, Any]
         loop = Traced(out, rate, src)
         try:
             time.sleep(1.5)
-            counts = loop.ask("counts")
+            deadline = time.monotonic() + 30  # a loaded machine: the drain may take seconds to start
+            while True:
+                counts = loop.ask("counts")
+                settled = counts["written"] + counts["dropped"] >= counts["lines"]
+                if settled or time.monotonic() > deadline:
+                    break
             exit_s = loop.exit(30)
             return {
                 "exit_s": exit_s,
