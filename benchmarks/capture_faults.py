@@ -93,10 +93,11 @@ def exit_rows(r: dict[str, Any]) -> list[str]:
 def kill_rows(r: dict[str, Any]) -> list[str]:
     d = r["disk"]
     rep = r["seq_reported_before_kill"]
+    lost = "" if rep is None else f" ({rep - d['spans']} fewer: not yet handed to the drain)"
     return [
         f"SIGKILL while frozen: after the thaw {_n(d['spans'])} "
         f"spans on disk (the loop had reported {rep} just "
-        f"before the kill), none missing {d['seq_contiguous']}, "
+        f"before the kill){lost}, none missing {d['seq_contiguous']}, "
         f"{d['bad_lines']} bad lines, record {d['record_events']}"
     ]
 
@@ -130,10 +131,13 @@ def ro_rows(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def run_all(rate: float, src: str | None) -> dict[str, list[str]]:
+def run_all(rate: float, src: str | None, repeat: int = 1) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    with loopfs.loop_ext4(64) as fs:
-        out["filesystem frozen for 3 s"] = freeze_rows(fault_runs.freeze(fs, rate, 3.0, src))
+    for i in range(1 if src else repeat):
+        with loopfs.loop_ext4(64) as fs:
+            out[f"filesystem frozen for 3 s (run {i + 1})"] = freeze_rows(
+                fault_runs.freeze(fs, rate, 3.0, src)
+            )
     with loopfs.loop_ext4(64) as fs:
         out["process asked to exit while frozen"] = exit_rows(fault_runs.exit_while_frozen(fs, rate, src))
     with loopfs.loop_ext4(64) as fs:
@@ -202,6 +206,9 @@ def main() -> None:
     ap.add_argument("--before", metavar="SRC", help="also run against another checkout's src/")
     ap.add_argument("--procs", type=int, default=16, help="traced processes at once for the cost figures")
     ap.add_argument("--procs-rate", type=float, default=500.0, help="their spans/s each (2 cores here)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="freeze runs of the new design (percentiles are noisy)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     reason = loopfs.unavailable_reason()
@@ -210,7 +217,7 @@ def main() -> None:
     import os
 
     print(f"rate {args.rate:g} spans/s; load average {os.getloadavg()[0]:.1f}")
-    results = {"after": run_all(args.rate, None)}
+    results = {"after": run_all(args.rate, None, args.repeat)}
     if args.before:
         results["before"] = run_all(args.rate, args.before)
     for fault in results["after"]:

@@ -196,7 +196,7 @@ def freeze(
     try:
         _started(out)  # warm-up: the drain is up, lanes exist
         loop.send("window unfaulted")
-        time.sleep(2.0)
+        time.sleep(freeze_s)  # as long as the freeze: the same number of samples per percentile
         loop.send("specials unfaulted")
         time.sleep(0.2)
         loop.send("window frozen")
