@@ -1,9 +1,10 @@
 """The drain process: ``python -m rl_trace_observer.capture.drain --buffer-bytes N``.
 
-One per training process, started by its pump (:mod:`.pump`) with fork+exec and its own session.
-It detaches once more (forks, and the first process exits), so it is nobody's direct child: Ray's
-``RAY_kill_child_processes_on_worker_exit`` kills a worker's direct children when the worker exits,
-and the drain must outlive its training process to finish writing after a disk thaws.
+One per training process, started by its pump (:mod:`.pump`) with fork+exec, in its own session,
+in the background of a ``sh`` that exits at once (or, without ``sh``, forking once itself with
+``--detach``): it is nobody's direct child. Ray's ``RAY_kill_child_processes_on_worker_exit``
+kills a worker's direct children when the worker exits, and the drain must outlive its training
+process to finish writing after a disk thaws.
 
 - stdin is the pipe of frames (:mod:`.frames`). The main thread only reads it into the
   :class:`.sink.Sink` queue, never touching the output disk, so the pipe is emptied even while
@@ -58,7 +59,6 @@ def _detach() -> None:
     """Fork once more and let the first process exit: the drain is then nobody's direct child."""
     if os.fork() != 0:
         os._exit(0)
-    os.chdir("/")
 
 
 def _read_frames(sink: Sink, messages: _Messages) -> None:
@@ -82,10 +82,11 @@ def _read_frames(sink: Sink, messages: _Messages) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rl_trace_observer.capture.drain", description=__doc__)
     ap.add_argument("--buffer-bytes", type=int, default=64 << 20)
-    ap.add_argument("--no-detach", action="store_true", help="stay a direct child (tests)")
+    ap.add_argument("--detach", action="store_true", help="fork once more (when not started by sh)")
     args = ap.parse_args(argv)
-    if not args.no_detach:
+    if args.detach:
         _detach()
+    os.chdir("/")
     messages = _Messages(1)
     messages({"hello": os.getpid()})
     sink = Sink(args.buffer_bytes, messages)

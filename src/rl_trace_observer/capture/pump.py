@@ -61,9 +61,8 @@ class _Pipe:
         try:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            cmd = [sys.executable, "-m", DRAIN_MODULE, "--buffer-bytes", str(buffer_bytes)]
             launcher = subprocess.Popen(
-                cmd,
+                _launch_command(buffer_bytes),
                 stdin=r,
                 stdout=mw,
                 stderr=subprocess.DEVNULL,
@@ -153,6 +152,17 @@ class _Pipe:
             with contextlib.suppress(OSError):
                 os.close(self.mr)
             self.mr = None
+
+
+def _launch_command(buffer_bytes: int) -> list[str]:
+    """The drain's command line. Through ``sh``, which starts it in the background and exits at
+    once: within a millisecond the drain is nobody's direct child (Ray kills a worker's direct
+    children when the worker exits, and a Python launcher would take its start-up time to detach).
+    A background job's stdin is /dev/null, before its own redirections: the pipe goes through fd 3."""
+    drain = [sys.executable, "-m", DRAIN_MODULE, "--buffer-bytes", str(buffer_bytes)]
+    if os.path.exists("/bin/sh"):
+        return ["/bin/sh", "-c", 'exec 3<&0; exec "$0" "$@" <&3 3<&- &', *drain]
+    return [*drain, "--detach"]  # no shell: the drain forks itself once started
 
 
 class _Local:

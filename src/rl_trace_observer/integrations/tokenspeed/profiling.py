@@ -244,7 +244,7 @@ class ProfileControl:
 
     def close(self) -> None:
         for rec in self._delegates.values():
-            rec.close()
+            rec.close(0)  # hand over the final records; the exit hook waits (bounded) for the disk
 
 
 async def call_quietly(what: str, coro: Awaitable[Any]) -> Any:
