@@ -337,3 +337,27 @@ def test_the_drain_is_detached_and_leaves_no_process_behind(out_dir: Path) -> No
     assert ppid != me, "not the training process's direct child (Ray kills those at worker exit)"
     assert sid != my_sid and pgrp == sid, "its own session and process group"
     assert wait_until(lambda: process_gone(drain), 10), "and it ends once its process has exited"
+
+
+def test_a_record_that_cannot_be_built_costs_that_record_only(tmp_path: Path) -> None:
+    """The pump builds records; one that raises must not stop the lines of any stream."""
+    from rl_trace_observer.capture.streams import open_stream
+
+    problems: list[tuple[str, str]] = []
+
+    def broken() -> bytes:
+        raise ValueError("no")
+
+    bad = open_stream(
+        tmp_path / "a.jsonl",
+        record=tmp_path / "a.json",
+        record_source=broken,
+        on_problem=lambda kind, msg: problems.append((kind, msg)),
+    )
+    good = open_stream(tmp_path / "b.jsonl")
+    bad.append(b'{"a":1}\n')
+    good.append(b'{"b":1}\n')
+    assert good.flush() and bad.close() and good.close()
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"a":1}\n'
+    assert (tmp_path / "b.jsonl").read_bytes() == b'{"b":1}\n'
+    assert problems and problems[0][0] == "record" and "no" in problems[0][1]

@@ -366,8 +366,11 @@ class Channel:
             heads = s.take_headers()
             outbox.add(frames.HEADER, sid, b"".join(heads), b=len(heads))
         if s.record_source is not None and room and s.record_wanted(now):
-            payload = s.record_source()
-            outbox.add(frames.RECORD, sid, payload, a=s.emitted, b=next(self._seq))
+            try:
+                outbox.add(frames.RECORD, sid, s.record_source(), a=s.emitted, b=next(self._seq))
+            except Exception as exc:  # this record only: the other streams and the lines go on
+                if s.on_problem is not None:
+                    s.on_problem("record", f"cannot build the process record: {exc!r}")
             s.record_sent(now)
         if closing and room:
             outbox.add(frames.CLOSE, sid)
