@@ -28,8 +28,8 @@ import sys
 import threading
 from typing import Any
 
+from ..common.encoding import dumps_line
 from . import frames
-from .encoding import dumps_line
 from .sink import Sink
 
 

@@ -33,8 +33,8 @@ import time
 from collections import deque
 from typing import Any
 
+from ..common.encoding import loads
 from . import frames
-from .encoding import loads
 from .sink import Sink
 
 Stream = Any  # a streams.Stream (that module imports this one, so not imported back)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as config_mod
+from ..common.encoding import dumps_line
 from . import identity
 from .clock import SYSTEM_CLOCK, Clock, snapshot
-from .encoding import dumps_line
 from .streams import DEFAULT_FLUSH_S, open_stream
 
 _dumps_line = dumps_line  # module-global lookup is cheaper than attribute access on the hot path

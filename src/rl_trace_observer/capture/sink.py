@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..common.atomic import write_atomic
+from ..common.encoding import dumps_pretty, loads
 from . import frames
-from .atomic import write_atomic
-from .encoding import dumps_pretty, loads
 from .line_file import FileOps, LineFile
 
 DROPPED = 100  # a frame kind of this module only: lines the reader could not queue

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import config as config_mod
-from .encoding import dumps_line
+from ..common.encoding import dumps_line
 from .pump import Channel
 
 MAX_PENDING = 1 << 18  # lines waiting for the pump in one stream; beyond, a starved pump drops

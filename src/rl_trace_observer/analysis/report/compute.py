@@ -29,9 +29,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ...merge.timeline.steps import as_int, marker, windows_from_markers
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import intervals as iv
 from ..answers.verl_metrics import metric_check
-from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
@@ -52,7 +53,6 @@ STAGE_CATS = ("rl_insight", "verl")
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
-STEP_KEYS = ("step", "global_step", "global_steps")
 SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
 :mod:`rl_trace_observer.analysis.answers` and docs/FORMATS.md §10; /2 added ``rollout``):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
@@ -73,7 +73,7 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
   steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
          trainer_ns{<category>|idle}}, replicas[{replica, requests, prompt_tokens, response_tokens,
-         busy_ns, tokens_per_s}], imbalance{requests, response_tokens}, slowest[<request row>]}],
+         busy_ns, tokens_per_s}], imbalance{requests, response_tokens, busy_ns}, slowest[<request row>]}],
   slowest[{request_id, step, replica, start_ns, latency_ns, server_ns, queue_ns, prefill_ns, decode_ns,
            turn, turns, attempt, sample, session, status, version, response_tokens, seen_by}],
   weight_sync{syncs[{version, backend, start_ns, dur_ns, trainer_phases_ns{},
@@ -137,55 +137,15 @@ def lane_of(data: TraceData, span: Span) -> str:
     return f"tid {span.tid}"
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str | float):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return int(number) if number.is_integer() else None
-    return None
-
-
-def _truthy(value: Any) -> bool:
-    return value is True or value == 1 or (isinstance(value, str) and value.lower() in ("true", "1"))
-
-
 # --------------------------------------------------------------------------------------- windows
 def step_windows(markers: list[Span]) -> list[Window]:
-    """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies)."""
-    if not markers:
-        return []
-    best = min(p for p in (marker_priority(m.name) for m in markers) if p is not None)
-    chosen = sorted((m for m in markers if marker_priority(m.name) == best), key=lambda m: m.start_ns)
-    groups: list[list[Span]] = []
-    for m in chosen:
-        if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
-            groups[-1].append(m)
-        else:
-            groups.append([m])
-    numbers = []
-    for g in groups:
-        found = {n for m in g for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
-        numbers.append(found.pop() if len(found) == 1 else None)
-    usable = None not in numbers and len(set(numbers)) == len(numbers)
-    windows = []
-    for i, g in enumerate(groups):
-        modes = {str(m.args.get("mode") or m.args.get("trainer_mode") or "") for m in g} - {""}
-        windows.append(
-            Window(
-                step=numbers[i] if usable else i + 1,
-                start_ns=min(m.start_ns for m in g),
-                end_ns=max(m.end_ns for m in g),
-                profiled=any(_truthy(m.args.get("profiled")) for m in g),
-                mode=modes.pop() if len(modes) == 1 else None,
-            )
-        )
-    return windows
+    """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies).
+
+    The rule is the merge's (:mod:`...merge.timeline.steps`): span shards give each row the same step."""
+    found = [
+        marker(p, m.start_ns, m.end_ns, m.args) for m in markers if (p := marker_priority(m.name)) is not None
+    ]
+    return [Window(w.step, w.start_ns, w.end_ns, w.profiled, w.mode) for w in windows_from_markers(found)]
 
 
 # ------------------------------------------------------------------------------------ per step
@@ -318,7 +278,7 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
-        step = _int(c.labels.get("step"))  # the step the process said, when it did
+        step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
             if windows and step is None:

@@ -24,8 +24,8 @@ import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-from ...merge.model import us_to_ns
-from ...merge.readers.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ...merge.formats.base.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ...merge.timeline.model import us_to_ns
 from .stages import OTHER, classify
 from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_events
 
@@ -206,7 +206,7 @@ class _Collector:
         self.data.longest = [s for _, _, s in sorted(self._heap, key=lambda it: it[:2], reverse=True)]
 
 
-def _open_binary(path: Path) -> BinaryIO:
+def open_binary(path: Path) -> BinaryIO:
     with path.open("rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
@@ -215,7 +215,7 @@ def _open_binary(path: Path) -> BinaryIO:
 
 
 def _read_stream(path: Path, collector: _Collector, chunk_bytes: int) -> dict[str, Any]:
-    with _open_binary(path) as f, gc_paused():
+    with open_binary(path) as f, gc_paused():
         stream = EventStream(f, chunk_bytes)
         for events in stream.chunks():
             collector.feed(events)
@@ -228,7 +228,7 @@ _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 def _read_document(path: Path, collector: _Collector) -> dict[str, Any]:
     """One decode of the whole file (the fallback): top-level values stay raw until needed."""
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         raw = f.read()
     meta: dict[str, Any] = {}
     try:
