@@ -302,6 +302,10 @@ class Channel:
     def _run(self) -> None:
         with contextlib.suppress(Exception):
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+        try:  # at once, not after a linger: lines are safe from a kill only once the drain holds the pipe
+            self._connect()
+        except Exception as exc:
+            self.warn_once("pump", f"capture pump error (events may be lost): {exc!r}")
         while True:
             woke = self._wake.wait(IDLE_S)
             self._wake.clear()
