@@ -18,6 +18,8 @@ DEMO_STEPS = 3
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token auth by default
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# No metric sampler process per test that turns capture on; the tests of the sampler turn it on.
+os.environ.setdefault("RL_TRACE_METRICS", "0")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -28,6 +30,7 @@ def clean_env(**extra: str) -> dict[str, str]:
         if not k.startswith(("RL_TRACE_", "RL_INSIGHT_", "VERL_")) and k != "PYTHONPATH"
     }
     env["RAY_AUTH_MODE"] = "disabled"
+    env["RL_TRACE_METRICS"] = "0"  # no sampler process unless a test asks for one
     env.update(extra)
     return env
 

@@ -1,0 +1,234 @@
+"""Targets registered through ``rl_insight.update_prometheus_config`` and the node's sampler process.
+
+Real rl-insight 0.3 (its own function, called as VERL calls it), real processes, real locks, real
+HTTP: a prometheus_client server with vLLM's names, and a local HTTP server standing in for the
+RL-Insight server's ``/api/v1/prometheus/targets`` (it records the POSTs it gets).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from rl_trace_observer.capture.sampler import node
+from rl_trace_observer.merge.formats.metric_samples.decode import decode
+
+from .conftest import clean_env, run_python
+
+REGISTER = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from rl_trace_observer.integrations.rl_insight import install
+assert install()
+import rl_insight
+rl_insight.update_prometheus_config(["127.0.0.1:1", "127.0.0.1:2"], "vllm", [{"replica": 0}, {"replica": 1}])
+from verl.utils.tracking import RLInsightLogger  # VERL's own call path, as LLMServerManager uses it
+RLInsightLogger.register_rollout_metrics(["127.0.0.1:3"], "sglang", labels=[{"replica": 2}])
+from rl_trace_observer.capture import get_recorder
+rec = get_recorder()
+print("RECORD", __import__("json").dumps(rec.record().get("metrics_targets") if rec else None))
+"""
+
+
+class _TargetsServer(http.server.BaseHTTPRequestHandler):
+    posts: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).posts.append({"path": self.path, "json": json.loads(body)})
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def rl_insight_server() -> Any:
+    handler = type("H", (_TargetsServer,), {"posts": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", handler.posts
+    srv.shutdown()
+    srv.server_close()
+
+
+def _targets(stdout: str) -> Any:
+    line = next(line for line in stdout.splitlines() if line.startswith("RECORD "))
+    return json.loads(line.removeprefix("RECORD "))
+
+
+def test_local_mode_records_every_target_and_posts_nothing(tmp_path: Path, rl_insight_server: Any) -> None:
+    env = clean_env(
+        RL_TRACE_OUTPUT_DIR=str(tmp_path),
+        RL_INSIGHT_SERVER_URL="local://rl-trace-observer",
+        VERL_RL_INSIGHT_ENABLE="1",
+    )
+    proc = run_python(REGISTER, env)
+    assert "Failed to register" not in proc.stderr + proc.stdout
+    assert "No connection adapters" not in proc.stderr + proc.stdout
+    got = _targets(proc.stdout)
+    assert [(t["job"], t["address"], t["labels"]) for t in got] == [
+        ("vllm", "127.0.0.1:1", {"replica": "0"}),
+        ("vllm", "127.0.0.1:2", {"replica": "1"}),
+        ("sglang", "127.0.0.1:3", {"replica": "2"}),
+    ]
+    assert all(t["registered_by"]["pid"] > 0 for t in got)
+    record = json.loads(next(tmp_path.glob("rl-trace-process-*.json")).read_text())
+    assert [t["address"] for t in record["metrics_targets"]] == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    assert not rl_insight_server[1]
+
+
+def test_forwarding_posts_as_rl_insight_does(tmp_path: Path, rl_insight_server: Any) -> None:
+    url, posts = rl_insight_server
+    env = clean_env(
+        RL_TRACE_OUTPUT_DIR=str(tmp_path),
+        RL_INSIGHT_SERVER_URL=url,
+        RL_TRACE_FORWARD_TO_RL_INSIGHT="1",
+        VERL_RL_INSIGHT_ENABLE="1",
+    )
+    proc = run_python(REGISTER, env)
+    assert len(_targets(proc.stdout)) == 3  # recorded as well
+    assert [p["path"] for p in posts] == ["/api/v1/prometheus/targets"] * 2
+    assert posts[0]["json"] == {
+        "job_name": "vllm",
+        "targets": [
+            {"target": "127.0.0.1:1", "labels": {"replica": "0"}},
+            {"target": "127.0.0.1:2", "labels": {"replica": "1"}},
+        ],
+    }
+
+
+def test_capture_off_leaves_rl_insight_alone(tmp_path: Path, rl_insight_server: Any) -> None:
+    url, posts = rl_insight_server
+    proc = run_python(REGISTER, clean_env(RL_INSIGHT_SERVER_URL=url, VERL_RL_INSIGHT_ENABLE="1"))
+    assert _targets(proc.stdout) is None
+    assert len(posts) == 2  # RL-Insight's own function ran, unchanged
+
+
+# ------------------------------------------------------------------------ the sampler process
+MEMBER = """
+import os, sys, time
+from pathlib import Path
+from rl_trace_observer.capture.sampler import node
+node.RECHECK_S = 0.2
+from rl_trace_observer.capture import get_recorder
+from rl_trace_observer.capture.sampler import publish_targets
+from rl_trace_observer.testing.vllm_metrics import VllmMetrics
+rec = get_recorder()
+m = VllmMetrics()
+address = m.serve()
+if os.environ.get("PUBLISH"):
+    publish_targets([{"job": "vllm", "address": address, "labels": {"replica": "0"}}])
+deadline = time.monotonic() + float(os.environ["LIVE_S"])
+i = 0
+while time.monotonic() < deadline:
+    i += 1
+    m.iteration(running=i % 4, waiting=0, kv_usage=0.1, prompt_tokens=3, new_tokens=7)
+    time.sleep(0.05)
+print("DONE", os.getpid())
+"""
+
+
+def _member(out: Path, live_s: float, publish: bool) -> Any:
+    import subprocess
+    import sys
+    import textwrap
+
+    env = clean_env(
+        RL_TRACE_OUTPUT_DIR=str(out),
+        RL_TRACE_METRICS="1",
+        RL_TRACE_METRICS_INTERVAL_S="0.1",
+        LIVE_S=str(live_s),
+    )
+    if publish:
+        env["PUBLISH"] = "1"
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(MEMBER)], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _sampler_pids(tmp_path: Path) -> list[int]:
+    return sorted(
+        int(p.name.split("-pid-")[1].split(".")[0]) for p in tmp_path.glob("metrics-*.samples.jsonl")
+    )
+
+
+@pytest.mark.slow
+def test_one_sampler_per_node_that_outlives_its_starter_and_stops_with_the_last_member(
+    tmp_path: Path,
+) -> None:
+    """Three processes join; exactly one sampler runs; it keeps sampling after the process that
+    started it exits, scrapes the target one of them registered, and exits when the last one left."""
+    first = _member(tmp_path, 1.0, publish=False)
+    time.sleep(0.5)
+    others = [_member(tmp_path, 3.5, publish=(i == 0)) for i in range(2)]
+    for p in [first, *others]:
+        assert p.wait(timeout=60) == 0
+    assert node.wait_for_sampler(tmp_path, timeout_s=10)
+    assert len(_sampler_pids(tmp_path)) == 1
+    data = decode(next(tmp_path.glob("metrics-*.samples.jsonl")).read_bytes())
+    assert data.complete and not data.bad_lines
+    assert data.meta["gpus"]["found"] == 0 and "NVML" in data.meta["gpus"]["reason"]
+    vllm = [s for s in data.sources.values() if s.fields.get("job") == "vllm"]
+    assert len(vllm) == 1
+    scraped = [s for s in data.samples if s.src == vllm[0].src]
+    assert len(scraped) >= 10  # ~2.5 s at 0.1 s after the first member left
+    record = json.loads(
+        next(tmp_path.glob(f"rl-trace-process-*-pid-{_sampler_pids(tmp_path)[0]}.json")).read_text()
+    )
+    assert record["role"] == "sampler" and record["artifacts"][0]["kind"] == "metric_samples"
+
+
+@pytest.mark.slow
+def test_a_killed_sampler_is_replaced_by_a_member(tmp_path: Path) -> None:
+    member = _member(tmp_path, 4.0, publish=False)
+    deadline = time.monotonic() + 20
+    while not _sampler_pids(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (pid,) = _sampler_pids(tmp_path)
+    os.kill(pid, signal.SIGKILL)
+    while len(_sampler_pids(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert member.wait(timeout=60) == 0
+    assert len(_sampler_pids(tmp_path)) == 2 and node.wait_for_sampler(tmp_path, timeout_s=10)
+
+
+@pytest.mark.slow
+def test_the_sampler_records_the_run_of_the_process_that_started_it(tmp_path: Path) -> None:
+    """A recorder configured in code (no RL_TRACE_* in the environment) with metrics asked for:
+    the sampler it starts writes its samples there and carries the same run id."""
+    code = f"""
+    import time
+    from pathlib import Path
+    from rl_trace_observer.config import Config
+    from rl_trace_observer.capture import configure
+    from rl_trace_observer.capture.sampler import node
+    out = Path({str(tmp_path)!r})
+    configure(Config(output_dir=out, run_id="from-code", metrics=True))
+    deadline = time.monotonic() + 30
+    while not list(out.glob("metrics-*.samples.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    """
+    run_python(code, clean_env())
+    assert node.wait_for_sampler(tmp_path, timeout_s=10)
+    (pid,) = _sampler_pids(tmp_path)
+    record = json.loads(next(tmp_path.glob(f"rl-trace-process-*-pid-{pid}.json")).read_text())
+    assert record["role"] == "sampler" and record["run_id"] == "from-code"
+
+
+def test_a_config_built_in_code_starts_no_sampler_unless_asked(tmp_path: Path) -> None:
+    from rl_trace_observer.config import Config, load
+
+    assert Config(output_dir=tmp_path).metrics is False and load({}).metrics is True
