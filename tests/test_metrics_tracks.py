@@ -186,6 +186,47 @@ def test_a_cut_last_line_and_a_bad_line() -> None:
     assert not file.complete and file.bad_lines == 1 and file.sources
 
 
+def test_report_telemetry_brackets_and_flags_a_disagreement() -> None:
+    """A replica generating 100 tokens/s for 10 s, sampled every second; the step is [2.5 s, 7.5 s):
+    the engine counted 500 tokens (400 in whole intervals, 600 in overlapping ones). Our spans say
+    500 (ok), 300 (outside the bracket: DISAGREE)."""
+    from rl_trace_observer.analysis.answers.model import StepWindow, WorkSpan
+    from rl_trace_observer.analysis.report.load import Counter
+    from rl_trace_observer.analysis.report.telemetry import bracket, telemetry_section, time_mean
+
+    rate = [(t * S, 100.0) for t in range(10)] + [(10 * S, 0.0)]
+    assert bracket(rate, int(2.5 * S), int(7.5 * S)) == (400.0, 500.0, 600.0)
+    running = [(0, 2.0), (5 * S, 6.0)]
+    assert time_mean(running, 0, 10 * S) == 4.0
+    pid, host_pid = 0x300, 0x100 | 0x90
+    counters = [Counter("vllm:generation_tokens /s", pid, t, v, {}, "metrics.rate") for t, v in rate]
+    counters += [Counter("vllm:num_requests_running", pid, t, v, {}, "metrics.gauge") for t, v in running]
+    counters += [Counter("host_cpu_percent", host_pid, 0, 50.0, {}, "metrics.gauge")]
+    counters += [Counter("gpu_utilization_percent", pid | 1, 0, 80.0, {}, "metrics.gauge")]
+    names = {
+        pid: "h · pid 9 · rollout replica 3",
+        host_pid: "h · pid 7 · sampler · Host",
+        pid | 1: "h · pid 9 · GPU 0",
+    }
+    window = [StepWindow(1, int(2.5 * S), int(7.5 * S))]
+    spans = [WorkSpan("rollout", "replica_3", "vllm_generate", "generation", 3 * S, 7 * S, pid, 1)]
+
+    def section(span_tokens: int) -> dict[str, Any]:
+        rollout = {"steps": [{"step": 1, "replicas": [{"replica": 3, "response_tokens": span_tokens}]}]}
+        got = telemetry_section(counters, names, window, spans, rollout, [])
+        assert got is not None
+        return got
+
+    ok = section(500)
+    (row,) = ok["engines"]
+    assert row["replica"] == 3 and row["generation_tokens"] == 500.0 and row["disagrees"] is False
+    assert row["running_mean"] == 4.0 and row["running_max"] == 6.0
+    assert section(300)["engines"][0]["disagrees"] is True
+    gpu = {"step": 1, "role": "rollout", "stage": "generation", "mean": 80.0, "max": 80.0, "spans": 1}
+    assert ok["gpus"] == [{**gpu, "memory_max_bytes": None}]
+    assert ok["host_cpu"][0]["mean"] == 50.0 and ok["gpu_note"] is None
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     rows=st.lists(

@@ -11,6 +11,11 @@ Tables (docs/FORMATS.md §11):
 - ``stage_spans``: the report's stage spans (RL-Insight/VERL slices that are not step markers) with
   ``stage`` (the stage table's category), ``lane`` (RL-Insight's lane), ``end_ns`` and ``step`` (the
   window the span starts in);
+- ``samples``: the metric sampler's counter tracks (docs/metrics.md), one row per point —
+  ``host``, ``pid``/``role`` (the process the track is under: the replica's server, the process using
+  a GPU, the sampler for ``Host``/``TransferQueue``), ``device`` (``GPU 0``, ``Host``, …), ``step``,
+  ``track`` (the Perfetto track name), ``metric`` (its family), ``kind`` (gauge, rate, mean, p50,
+  p99), ``labels`` (the ``k=v,…`` the track name carries), ``ts_ns``, ``value``;
 - ``trace``: one row, ``base_ns`` (the merged trace's time origin: ``ts_ns - base_ns`` is the time
   the trace file shows) and ``source``;
 - macro ``stage(name)``: the stage table (analysis/report/stages.py) as SQL.
@@ -190,6 +195,17 @@ def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
         FROM spans s
         LEFT JOIN steps w ON s.ts_ns >= w.start_ns AND s.ts_ns < w.end_ns
         WHERE {_STAGE_WHERE} AND stage(s.name) <> '{STEP}'"""
+    )
+    con.execute(
+        """CREATE VIEW samples AS
+        SELECT s.run, s.host, s.pid, s.role, s.device, w.step, s.name AS track,
+               regexp_extract(s.name, '^([^ {]+)', 1) AS metric,
+               substr(s.category, length('metrics.') + 1) AS kind,
+               nullif(regexp_extract(s.name, '\\{([^{}]*)\\}$', 1), '') AS labels,
+               s.ts_ns, CAST(json_extract(s.args, '$.value') AS DOUBLE) AS value, s.artifact
+        FROM spans s
+        LEFT JOIN steps w ON s.ts_ns >= w.start_ns AND s.ts_ns < w.end_ns
+        WHERE s.ph = 'C' AND s.category LIKE 'metrics.%'"""
     )
 
 

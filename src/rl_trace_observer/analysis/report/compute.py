@@ -47,6 +47,7 @@ from .stages import (
     classify,
     marker_priority,
 )
+from .telemetry import METRICS_CAT, telemetry_section
 
 SCHEMA = "rl-trace-report/3"
 STAGE_CATS = ("rl_insight", "verl")
@@ -68,7 +69,7 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
  metrics[{name, steps[{step, mean, last, min, max, count}]}],
  gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
  clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
-  problems, problem_count, missing, counts} | null,
+  problems, problem_count, missing, counts, metrics[<manifest metrics entry>]} | null,
  rollout{requests, validation_requests, client_spans, server_spans, linked, tail_quantile,
   steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
@@ -91,7 +92,14 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
                 segments_total, by_stage_ns{<stage>|gap: int}, what_if[{stage, on_path_ns, share_pct,
                 saving_ns{"10"|"25"|"50": int}}]}],
  metric_check{threshold_pct, disagreements, rows[{metric, step, unit (ns | ratio), verl, ours, diff_pct,
-              disagree}]} | null}.
+              disagree}]} | null,
+ telemetry{engines[{step, replica, process, running_mean, running_max, waiting_mean, waiting_max,
+                    kv_cache_max, preemptions, prompt_tokens{,_low,_high,_per_s},
+                    generation_tokens{,_low,_high,_per_s}, span_prompt_tokens, span_generation_tokens,
+                    span_generation_tokens_per_s, disagrees}],
+           gpus[{step, role, stage, mean, max, spans, memory_max_bytes}],
+           host_cpu[{step, role, stage, mean, max, spans}], gpu_note, slack_pct} | null
+           (the metric sampler's tracks: :mod:`.telemetry`, docs/metrics.md; added to /3)}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -278,6 +286,8 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
+        if c.cat.startswith(METRICS_CAT):  # sampled engine/GPU/host tracks: the telemetry section
+            continue
         step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
@@ -370,6 +380,11 @@ def build_summary(
     answers = answer_sections(rows, answer_windows)
     metric_rows = metrics(data, windows)
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
+    rollout = rollout_section(
+        data.spans,
+        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+    )
     return {
         "schema": SCHEMA,
         "source": {
@@ -393,10 +408,14 @@ def build_summary(
         "gantt": gantt(idx, windows),
         "clock": clock,
         "artifacts": artifacts,
-        "rollout": rollout_section(
-            data.spans,
-            [(w.step, w.start_ns, w.end_ns) for w in windows],
-            [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+        "rollout": rollout,
+        "telemetry": telemetry_section(
+            data.counters,
+            data.process_names,
+            answer_windows,
+            rows,
+            rollout,
+            (artifacts or {}).get("metrics") or [],
         ),
         **answers,
     }
