@@ -327,7 +327,7 @@ def test_a_member_hands_flags_and_targets_over_without_touching_a_file(
         deadline = time.monotonic() + 10
         while not started and time.monotonic() < deadline:  # joined: listed, locked, sampler started
             time.sleep(0.01)
-        assert started == [folder] and agent.members_fd is not None
+        assert started == [folder] and (folder / node.MEMBER_PIDS / str(os.getpid())).exists()
         with agent.io:  # the agent is busy (a slow temp dir, say)
             t0 = time.perf_counter()
             node.mark_profiling(True)
@@ -342,6 +342,7 @@ def test_a_member_hands_flags_and_targets_over_without_touching_a_file(
         assert [p.name for p in (folder / node.TARGETS).iterdir()] == [f"{os.getpid()}-1.json"]
     finally:
         node.leave()
+    assert not (folder / node.MEMBER_PIDS / str(os.getpid())).exists()  # left: no longer listed
 
 
 def test_the_sampler_samples_faster_while_a_profiled_step_runs(tmp_path: Path) -> None:

@@ -130,6 +130,15 @@ m = VllmMetrics()
 address = m.serve()
 if os.environ.get("PUBLISH"):
     publish_targets([{"job": "vllm", "address": address, "labels": {"replica": "0"}}])
+if os.environ.get("FORK_S"):  # a child that shares our members.lock and never records anything
+    while node._agent().members_fd is None:
+        time.sleep(0.01)
+    child = os.fork()
+    if child == 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        time.sleep(float(os.environ["FORK_S"]))
+        os._exit(0)
+    print("CHILD", child, flush=True)
 deadline = time.monotonic() + float(os.environ["LIVE_S"])
 i = 0
 while time.monotonic() < deadline:
@@ -140,7 +149,7 @@ print("DONE", os.getpid())
 """
 
 
-def _member(out: Path, live_s: float, publish: bool) -> Any:
+def _member(out: Path, live_s: float, publish: bool, fork_s: float | None = None) -> Any:
     import subprocess
     import sys
     import textwrap
@@ -153,6 +162,8 @@ def _member(out: Path, live_s: float, publish: bool) -> Any:
     )
     if publish:
         env["PUBLISH"] = "1"
+    if fork_s is not None:
+        env["FORK_S"] = str(fork_s)
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(MEMBER)], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -232,3 +243,53 @@ def test_a_config_built_in_code_starts_no_sampler_unless_asked(tmp_path: Path) -
     from rl_trace_observer.config import Config, load
 
     assert Config(output_dir=tmp_path).metrics is False and load({}).metrics is True
+
+
+def _wait_for_samples(out: Path, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while not _sampler_pids(out) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (pid,) = _sampler_pids(out)
+    return pid
+
+
+@pytest.mark.slow
+def test_a_sampler_leaves_when_no_process_it_samples_for_is_alive(tmp_path: Path) -> None:
+    """What was seen once: a test's sampler still running 1.5 h after the test, the only process with
+    its members.lock, writing into the test's removed directory — the lock outlived every process the
+    sampler was started for. Here the lock outlives them in a forked child that never records (as a
+    dataloader worker may): the sampler leaves within seconds of its last listed member, saying why."""
+    member = _member(tmp_path, 1.5, publish=False, fork_s=120)
+    child = int(member.stdout.readline().split()[1])
+    try:
+        sampler = _wait_for_samples(tmp_path)
+        assert member.wait(timeout=60) == 0
+        gone = time.monotonic()
+        assert node.wait_for_sampler(tmp_path, timeout_s=15), (
+            "the sampler stays while only a child holds the lock"
+        )
+        assert time.monotonic() - gone < 10
+        assert Path(f"/proc/{child}").exists()  # the child still holds the lock: the old rule kept going
+        data = decode(next(tmp_path.glob(f"metrics-*-pid-{sampler}.samples.jsonl")).read_bytes())
+        (stop,) = [e for e in data.events if e["k"] == "stop"]
+        assert stop["reason"].startswith("no process it was started for is alive"), stop
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_sampler_leaves_when_its_output_directory_is_removed(tmp_path: Path) -> None:
+    """The output directory moved away (as a test's temp dir is removed) while a member still runs:
+    the sampler leaves within seconds instead of writing on for as long as the member lives."""
+    out = tmp_path / "run"
+    member = _member(out, 120, publish=False)
+    try:
+        sampler = _wait_for_samples(out)
+        out.rename(tmp_path / "moved")
+        assert node.wait_for_sampler(out, timeout_s=10), "the sampler writes on into a removed directory"
+        assert member.poll() is None  # its member is still there: only the directory went
+        log = (node.node_dir(out) / "sampler.log").read_text()
+        assert f"sampler pid {sampler} leaves: {out} was re" in log, log
+    finally:
+        member.kill()
+        member.wait(timeout=30)

@@ -3,16 +3,21 @@
 Everything lives in a node-local folder, :func:`node_dir` (under the temp dir, keyed by the output
 directory), never on the output disk: a lock on NFS is unreliable and a stat there may hang.
 
-- ``members.lock``: every capture process holds a SHARED ``flock`` on it for its whole life (the
-  kernel drops it when the process dies, even by SIGKILL). The sampler exits once it can take it
-  EXCLUSIVELY: nobody it samples for is left.
+- ``members/<pid>``: every capture process that joins writes its pid's start time here first, then
+- ``members.lock``: holds a SHARED ``flock`` on it for its whole life (the kernel drops it when the
+  process dies, even by SIGKILL). The sampler exits once it can take it EXCLUSIVELY: nobody it
+  samples for is left. A lock can outlive its members (a forked child that never recorded anything
+  keeps its parent's lock; so would any process that somehow shares the descriptor, the sampler
+  included), so the sampler also exits when no process listed in ``members/`` is alive (checked
+  twice, a second apart; :func:`members_alive`).
 - ``sampler.lock``: the sampler holds it EXCLUSIVELY for its life. A member that finds it free
   (after it holds its shared lock) starts a sampler; two racing starters are fine — the second
   sampler cannot take the lock and exits at once.
 - The sampler releases ``sampler.lock`` only while holding ``members.lock`` exclusively (when it
   leaves because the lock is free), so a process that joins while the sampler is leaving either waits
   for its shared lock (and then finds the sampler gone and starts one) or was already a member (and
-  the sampler stays); a member's re-check every :data:`RECHECK_S` repairs a killed sampler.
+  the sampler stays); a member's re-check every :data:`RECHECK_S` repairs every other case (a killed
+  sampler, one that left because its members were gone or its output directory was removed).
 - ``targets/<pid>-<n>.json``: Prometheus targets registered by processes on this node (one file per
   registration, written atomically); the sampler rescans the folder when its mtime changes.
 - ``profiling/<pid>``: present while that process runs a profiled step (the sampler then samples
@@ -44,6 +49,7 @@ from ...common.encoding import dumps_line
 log = logging.getLogger("rl_trace_observer")
 
 MEMBERS = "members.lock"
+MEMBER_PIDS = "members"
 SAMPLER = "sampler.lock"
 TARGETS = "targets"
 PROFILING = "profiling"
@@ -105,6 +111,21 @@ def wait_for_sampler(output_dir: Path, timeout_s: float) -> bool:
     return True
 
 
+# ------------------------------------------------------------------------ who is alive
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (``/proc/<pid>/stat`` field 22), telling a live member
+    from a later process that reuses its pid; ``""`` where there is no ``/proc``; None: no such pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc/self") else ("" if _alive(pid) else None)
+    except OSError:
+        return ""
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -113,6 +134,31 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def members_alive(folder: Path, *, but: int | None = None) -> bool:
+    """Whether any process listed in ``members/`` (other than ``but``: the sampler) is alive and the
+    same process that wrote its entry; entries of dead processes are removed."""
+    where = folder / MEMBER_PIDS
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return False
+    live = False
+    for name in names:
+        if not name.isdigit() or int(name) == but:
+            continue
+        try:
+            written = (where / name).read_text().strip()
+        except OSError:
+            continue
+        now = start_time(int(name))
+        if now is not None and (not written or not now or now == written):
+            live = True
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(where / name)
+    return live
 
 
 # ------------------------------------------------------------------ training processes
@@ -163,6 +209,7 @@ class _Agent:
             if flag is not None:
                 _write_flag(folder, flag)
             if self.members_fd is None:
+                _register(folder)  # listed before locking: a lock holder is always listed
                 fd = _open_lock(folder / MEMBERS)
                 if not try_lock(fd, fcntl.LOCK_SH):  # the sampler is leaving: join after it left
                     os.close(fd)
@@ -172,7 +219,7 @@ class _Agent:
                 start_sampler(folder, self.output_dir, self.run_id)
 
     def stop(self) -> None:
-        """Leave: lock released (waits for a round in progress; tools only)."""
+        """Leave: no longer listed, lock released (waits for a round in progress; tools only)."""
         self.stopped = True
         self.wake.set()
         with self.io:
@@ -180,6 +227,15 @@ class _Agent:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            if self.folder is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.folder / MEMBER_PIDS / str(self.pid))
+
+
+def _register(folder: Path) -> None:
+    pid = os.getpid()
+    (folder / MEMBER_PIDS).mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / MEMBER_PIDS / str(pid), (start_time(pid) or "").encode())
 
 
 def _write_targets(folder: Path, targets: list[dict[str, Any]]) -> None:
@@ -255,8 +311,8 @@ def start_sampler(folder: Path, output_dir: Path, run_id: str | None = None) -> 
 
 
 def _after_fork_in_child() -> None:
-    # The child shares the parent's shared lock (one open file description) while it lives; it gets
-    # its own agent once it records something: its first recorder joins.
+    # The child shares the parent's shared lock (one open file description) while it lives; it is
+    # a member of its own (listed, own agent) once it records something: its first recorder joins.
     global _lock
     _lock = threading.Lock()
     _state["agent"] = None

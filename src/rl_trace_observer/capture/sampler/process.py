@@ -2,8 +2,8 @@
 
 It is a capture process like any other — it has a process record (role ``sampler``) that names
 its samples file as an artifact, and its lines go through the capture writer (its own drain) —
-but it never joins the election it won. When it leaves (:mod:`.lifetime`) it says why in the
-samples file's ``stop`` line.
+but it never joins the election it won. When it leaves (:mod:`.lifetime`) it says why in its log
+and in the samples file's ``stop`` line.
 """
 
 from __future__ import annotations
