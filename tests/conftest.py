@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,6 +22,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token aut
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # No metric sampler process per test that turns capture on; the tests of the sampler turn it on.
 os.environ.setdefault("RL_TRACE_METRICS", "0")
+# The metric sampler's node folders (locks, member lists, targets) of this session's runs: in a folder
+# of the session's own, removed at its end, never in the shared <temp dir>/rl-trace-observer-<uid>.
+_NODE_DIR = tempfile.mkdtemp(prefix="rl-trace-test-nodes-")
+os.environ["RL_TRACE_METRICS_NODE_DIR"] = _NODE_DIR
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_NODE_DIR, ignore_errors=True)  # a sampler still running sees it go and leaves
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -31,6 +41,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     }
     env["RAY_AUTH_MODE"] = "disabled"
     env["RL_TRACE_METRICS"] = "0"  # no sampler process unless a test asks for one
+    env["RL_TRACE_METRICS_NODE_DIR"] = _NODE_DIR
     env.update(extra)
     return env
 

@@ -199,6 +199,12 @@ def test_one_sampler_per_node_that_outlives_its_starter_and_stops_with_the_last_
         next(tmp_path.glob(f"rl-trace-process-*-pid-{_sampler_pids(tmp_path)[0]}.json")).read_text()
     )
     assert record["role"] == "sampler" and record["artifacts"][0]["kind"] == "metric_samples"
+    # its node folder is in this session's folder (conftest), none in the shared temp dir
+    key = node.node_dir(tmp_path).name
+    assert (Path(os.environ["RL_TRACE_METRICS_NODE_DIR"]) / key / node.MEMBERS).exists()
+    import tempfile
+
+    assert not (Path(tempfile.gettempdir()) / f"rl-trace-observer-{os.getuid()}" / key).exists()
 
 
 @pytest.mark.slow
@@ -226,7 +232,8 @@ def test_the_sampler_records_the_run_of_the_process_that_started_it(tmp_path: Pa
     from rl_trace_observer.capture import configure
     from rl_trace_observer.capture.sampler import node
     out = Path({str(tmp_path)!r})
-    configure(Config(output_dir=out, run_id="from-code", metrics=True))
+    nodes = Path({os.environ["RL_TRACE_METRICS_NODE_DIR"]!r})  # the test session's, not the temp dir's
+    configure(Config(output_dir=out, run_id="from-code", metrics=True, metrics_node_dir=nodes))
     deadline = time.monotonic() + 30
     while not list(out.glob("metrics-*.samples.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -237,6 +244,21 @@ def test_the_sampler_records_the_run_of_the_process_that_started_it(tmp_path: Pa
     (pid,) = _sampler_pids(tmp_path)
     record = json.loads(next(tmp_path.glob(f"rl-trace-process-*-pid-{pid}.json")).read_text())
     assert record["role"] == "sampler" and record["run_id"] == "from-code"
+
+
+def test_the_node_folder_is_where_rl_trace_metrics_node_dir_says(tmp_path: Path) -> None:
+    """Tests (and users with a small /tmp) put the node folders elsewhere; the sampler a member starts
+    gets the same folder whatever its own environment says (start_sampler passes it on)."""
+    import tempfile
+
+    from rl_trace_observer.config import load
+
+    cfg = load({"RL_TRACE_METRICS_NODE_DIR": str(tmp_path / "nodes")})
+    assert node.node_dir(tmp_path / "out", cfg).parent == tmp_path / "nodes" and not cfg.problems
+    bad = load({"RL_TRACE_METRICS_NODE_DIR": "relative/dir"})
+    assert bad.metrics_node_dir is None and "not an absolute path" in bad.problems[0]
+    default = Path(tempfile.gettempdir()) / f"rl-trace-observer-{os.getuid()}"
+    assert node.node_dir(tmp_path, load({})).parent == default
 
 
 def test_a_config_built_in_code_starts_no_sampler_unless_asked(tmp_path: Path) -> None:

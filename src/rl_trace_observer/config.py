@@ -130,6 +130,13 @@ SETTINGS: tuple[Setting, ...] = (
         "RL-Insight).",
     ),
     Setting(
+        "RL_TRACE_METRICS_NODE_DIR",
+        "`<temp dir>/rl-trace-observer-<uid>`",
+        "Absolute node-local folder where the processes of a run meet their node's metric sampler "
+        "(election locks, member list, targets, profiling flags; one sub-folder per output "
+        "directory). Never on the output disk: locks there are unreliable and a stat may hang.",
+    ),
+    Setting(
         "RL_TRACE_COLLECT_TO",
         "(unset)",
         "Directory or fsspec URL: collect every node's artifacts there when training finishes.",
@@ -204,6 +211,7 @@ class Config:
     metrics_timeout_s: float = 0.5
     metrics_retry_max_s: float = 30.0
     metrics_targets: tuple[tuple[str, str], ...] = ()
+    metrics_node_dir: Path | None = None  # None: <temp dir>/rl-trace-observer-<uid>
     tokenspeed_command: tuple[str, ...] = ()  # empty: `<python> -m tokenspeed.cli serve`
     tokenspeed_args: tuple[str, ...] = ()
     tokenspeed_startup_timeout_s: float = 1800.0
@@ -266,6 +274,18 @@ def _targets(env: Mapping[str, str], problems: list[str]) -> tuple[tuple[str, st
             continue
         out.append((job.strip(), address.strip()))
     return tuple(out)
+
+
+def _node_dir(env: Mapping[str, str], problems: list[str]) -> Path | None:
+    name = "RL_TRACE_METRICS_NODE_DIR"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        problems.append(f"{name}={raw!r} is not an absolute path; using the temp dir")
+        return None
+    return path
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -340,6 +360,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         metrics_timeout_s=_positive(env, "RL_TRACE_METRICS_TIMEOUT_S", 0.5, problems),
         metrics_retry_max_s=_positive(env, "RL_TRACE_METRICS_RETRY_MAX_S", 30.0, problems),
         metrics_targets=_targets(env, problems),
+        metrics_node_dir=_node_dir(env, problems),
         tokenspeed_command=_words(env, "RL_TRACE_TOKENSPEED_COMMAND", problems),
         tokenspeed_args=_words(env, "RL_TRACE_TOKENSPEED_ARGS", problems),
         tokenspeed_startup_timeout_s=_number(env, "RL_TRACE_TOKENSPEED_STARTUP_TIMEOUT_S", 1800.0, problems),

@@ -1,7 +1,8 @@
 """One sampler per node and run: who starts it, how it knows when to stop, how it learns targets.
 
-Everything lives in a node-local folder, :func:`node_dir` (under the temp dir, keyed by the output
-directory), never on the output disk: a lock on NFS is unreliable and a stat there may hang.
+Everything lives in a node-local folder, :func:`node_dir` (``RL_TRACE_METRICS_NODE_DIR``, by default
+under the temp dir, keyed by the output directory), never on the output disk: a lock on NFS is
+unreliable and a stat there may hang.
 
 - ``members/<pid>``: every capture process that joins writes its pid's start time here first, then
 - ``members.lock``: holds a SHARED ``flock`` on it for its whole life (the kernel drops it when the
@@ -57,10 +58,22 @@ RECHECK_S = 5.0
 SAMPLER_MODULE = "rl_trace_observer.capture.sampler"
 
 
-def node_dir(output_dir: Path) -> Path:
+def node_root(config: Any = None) -> Path:
+    """``RL_TRACE_METRICS_NODE_DIR``, else ``<temp dir>/rl-trace-observer-<uid>``."""
+    if config is None:
+        from ... import config as config_mod
+
+        config = config_mod.load()
+    root = getattr(config, "metrics_node_dir", None)
+    return (
+        Path(root) if root is not None else Path(tempfile.gettempdir()) / f"rl-trace-observer-{os.getuid()}"
+    )
+
+
+def node_dir(output_dir: Path, config: Any = None) -> Path:
     """The node-local folder of the run writing into ``output_dir`` (same on every process of it)."""
     key = hashlib.sha1(os.path.abspath(output_dir).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"rl-trace-observer-{os.getuid()}" / key
+    return node_root(config) / key
 
 
 def _open_lock(path: Path) -> int:
@@ -94,7 +107,7 @@ def sampler_running(folder: Path) -> bool:
         os.close(fd)
 
 
-def wait_for_sampler(output_dir: Path, timeout_s: float) -> bool:
+def wait_for_sampler(output_dir: Path, timeout_s: float, config: Any = None) -> bool:
     """Wait until this node's sampler (if any) has written its last sample and exited.
 
     For tools that read the output right after training (the demo, tests): the sampler notices
@@ -102,7 +115,7 @@ def wait_for_sampler(output_dir: Path, timeout_s: float) -> bool:
     """
     import time
 
-    folder = node_dir(output_dir)
+    folder = node_dir(output_dir, config)
     deadline = time.monotonic() + timeout_s
     while sampler_running(folder):
         if time.monotonic() >= deadline:
@@ -171,8 +184,8 @@ class _Agent:
     every :data:`RECHECK_S`, starting a sampler when none runs), targets and profiling flags handed
     over as soon as they are asked for. Training threads only put work here and wake it."""
 
-    def __init__(self, output_dir: Path, run_id: str | None) -> None:
-        self.output_dir, self.run_id = output_dir, run_id
+    def __init__(self, output_dir: Path, config: Any, run_id: str | None) -> None:
+        self.output_dir, self.config, self.run_id = output_dir, config, run_id
         self.folder: Path | None = None  # found on the agent thread (the temp dir is probed there)
         self.pid = os.getpid()
         self.members_fd: int | None = None
@@ -188,7 +201,7 @@ class _Agent:
         while not self.stopped and self.pid == os.getpid():
             try:
                 if self.folder is None:
-                    self.folder = node_dir(self.output_dir)
+                    self.folder = node_dir(self.output_dir, self.config)
                 self._once(self.folder)
             except Exception as exc:  # a node without a usable temp dir: no sampler, training untouched
                 if not self._warned:
@@ -278,7 +291,7 @@ def join(config: Any, *, run_id: str | None = None) -> None:
     with _lock:
         if _agent() is not None:
             return
-        agent = _state["agent"] = _Agent(Path(config.output_dir), run_id)
+        agent = _state["agent"] = _Agent(Path(config.output_dir), config, run_id)
     agent.thread.start()
 
 
@@ -295,6 +308,7 @@ def start_sampler(folder: Path, output_dir: Path, run_id: str | None = None) -> 
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["RL_TRACE_OUTPUT_DIR"] = str(output_dir)
+    env["RL_TRACE_METRICS_NODE_DIR"] = str(folder.parent)  # the same folder, whatever the env said
     if run_id and not env.get("RL_TRACE_RUN_ID"):
         env["RL_TRACE_RUN_ID"] = run_id
     with open(folder / "sampler.log", "ab") as logf:

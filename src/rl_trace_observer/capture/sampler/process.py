@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     cfg = config_mod.load()
     if cfg.output_dir is None:  # started by hand: the argument is the output directory
         cfg = config_mod.load({**os.environ, "RL_TRACE_OUTPUT_DIR": str(output_dir)})
-    folder = node.node_dir(output_dir)
+    folder = node.node_dir(output_dir, cfg)
     election = node._open_lock(folder / node.SAMPLER)
     if not node.try_lock(election, fcntl.LOCK_EX):
         return 0  # another sampler won the race
