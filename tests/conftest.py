@@ -28,6 +28,14 @@ _NODE_DIR = tempfile.mkdtemp(prefix="rl-trace-test-nodes-")
 os.environ["RL_TRACE_METRICS_NODE_DIR"] = _NODE_DIR
 
 
+# Nor does this process ever join one: in-process tests configure recorders from dicts (where
+# RL_TRACE_METRICS defaults to 1), and a joined pytest would keep a sampler alive all session long.
+# Tests of the sampler run their members in subprocesses.
+from rl_trace_observer.capture.sampler import node as _sampler_node  # noqa: E402
+
+_sampler_node.stay_out()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_NODE_DIR, ignore_errors=True)  # a sampler still running sees it go and leaves
 

@@ -320,6 +320,7 @@ def test_a_member_hands_flags_and_targets_over_without_touching_a_file(
     and nothing is on disk; once it runs, both are there."""
     started: list[Path] = []
     monkeypatch.setattr(node, "start_sampler", lambda folder, *a: started.append(folder))
+    monkeypatch.setitem(node._state, "stay_out", False)  # conftest keeps pytest out; this test joins
     cfg = config_mod.Config(output_dir=tmp_path, metrics=True, metrics_node_dir=tmp_path / "nodes")
     folder = node.node_dir(tmp_path, cfg)
     node.join(cfg)

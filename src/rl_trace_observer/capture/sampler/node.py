@@ -175,7 +175,7 @@ def members_alive(folder: Path, *, but: int | None = None) -> bool:
 
 
 # ------------------------------------------------------------------ training processes
-_state: dict[str, Any] = {"agent": None, "is_sampler": False, "seq": 0}
+_state: dict[str, Any] = {"agent": None, "stay_out": False, "seq": 0}
 _lock = threading.Lock()
 
 
@@ -269,9 +269,16 @@ def _write_flag(folder: Path, on: bool) -> None:
             flag.unlink()
 
 
+def stay_out() -> None:
+    """This process never joins a node's sampler nor starts one, whatever its configs say: the
+    sampler process itself, and a test runner whose in-process tests configure recorders (it would
+    otherwise be a member, keeping a sampler alive, for as long as it runs)."""
+    _state["stay_out"] = True
+
+
 def mark_sampler_process() -> None:
     """Called first thing in the sampler process: it must never join or start a sampler itself."""
-    _state["is_sampler"] = True
+    stay_out()
 
 
 def _agent() -> _Agent | None:
@@ -283,10 +290,11 @@ def join(config: Any, *, run_id: str | None = None) -> None:
     """Make this process a member of its node's sampler (on the agent thread); never raises.
 
     ``config`` is the process's :class:`~rl_trace_observer.config.Config`; nothing happens with
-    capture off, ``RL_TRACE_METRICS=0``, or in the sampler process itself. ``run_id``: this
+    capture off, ``RL_TRACE_METRICS=0``, or in a process that stays out (:func:`stay_out`: the
+    sampler process itself). ``run_id``: this
     process's run (a sampler it starts records the same one, e.g. a Ray job id it could not see).
     """
-    if _state["is_sampler"] or config.output_dir is None or not config.metrics:
+    if _state["stay_out"] or config.output_dir is None or not config.metrics:
         return
     with _lock:
         if _agent() is not None:
