@@ -168,8 +168,9 @@ def _api_round(n: int) -> float:
 
 
 def _reference_round(n: int) -> float:
-    """One RL-Insight span through our backend's hot path (README: ~2.7 µs on an idle 2-core box):
-    the yardstick that makes this machine's figures comparable with others."""
+    """One RL-Insight span through our backend's hot path (CPU of this process's threads; the drain
+    process's share is not in it, see capture_overhead.py): the yardstick that makes this
+    machine's figures comparable with others."""
     from rl_trace_observer.capture import get_recorder
 
     rec = get_recorder()

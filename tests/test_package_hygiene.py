@@ -95,7 +95,7 @@ LAYERS = {
     "common": 0,  # atomic writes, JSON encoding, the clock-offset estimator: stdlib (+ orjson) only
     "capture": 1,  # in-process, stdlib + orjson
     "integrations": 2,  # one folder per framework, imported lazily
-    "testing": 2,  # synthetic files in real wire formats and the offline Perfetto engine, for tests
+    "testing": 3,  # for tests: synthetic files, the offline Perfetto engine, capture fault harnesses
     "merge": 3,  # formats → one timeline model → writers
     "analysis": 4,  # answers, the report, SQL and diffs
     "cluster": 4,  # merge --ray: node tasks (Ray + the merger); peers of analysis, never importing it

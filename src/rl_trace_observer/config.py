@@ -79,6 +79,21 @@ SETTINGS: tuple[Setting, ...] = (
         "(it is always rewritten on identity, artifact and clock changes and at exit).",
     ),
     Setting(
+        "RL_TRACE_BUFFER_MB",
+        "64",
+        "Memory (MiB, per training process) that may hold events its output disk has not taken yet "
+        "(a hung or slow mount); beyond it newer events are dropped and counted, with one warning. "
+        "Held by the process's drain (a small helper process that does all file writes); the "
+        "training process itself holds as much again only while its drain is starved of CPU or stopped.",
+    ),
+    Setting(
+        "RL_TRACE_EXIT_WAIT_S",
+        "2.0",
+        "At exit a training process waits at most this long for its drain to confirm that every "
+        "event is on disk; then it exits anyway and the drain finishes on its own (e.g. after a "
+        "frozen mount thaws).",
+    ),
+    Setting(
         "RL_TRACE_COLLECT_TO",
         "(unset)",
         "Directory or fsspec URL: collect every node's artifacts there when training finishes.",
@@ -142,6 +157,8 @@ class Config:
     viztracer_roles: tuple[str, ...] = ()
     requests: bool = True
     record_interval_s: float = 1.0
+    buffer_mb: float = 64.0
+    exit_wait_s: float = 2.0
     collect_to: str | None = None
     tokenspeed_command: tuple[str, ...] = ()  # empty: `<python> -m tokenspeed.cli serve`
     tokenspeed_args: tuple[str, ...] = ()
@@ -178,6 +195,14 @@ def _number(env: Mapping[str, str], name: str, default: float, problems: list[st
         value = float("nan")
     if not (value >= 0 and value != float("inf")):
         problems.append(f"{name}={raw!r} must be a non-negative number; using {default:g}")
+        return default
+    return value
+
+
+def _positive(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    value = _number(env, name, default, problems)
+    if value == 0:
+        problems.append(f"{name}=0 must be positive; using {default:g}")
         return default
     return value
 
@@ -245,6 +270,8 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         viztracer_roles=roles,
         requests=_flag(env, "RL_TRACE_REQUESTS", problems, default=True),
         record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
+        buffer_mb=_positive(env, "RL_TRACE_BUFFER_MB", 64.0, problems),
+        exit_wait_s=_number(env, "RL_TRACE_EXIT_WAIT_S", 2.0, problems),
         collect_to=_text(env, "RL_TRACE_COLLECT_TO"),
         tokenspeed_command=_words(env, "RL_TRACE_TOKENSPEED_COMMAND", problems),
         tokenspeed_args=_words(env, "RL_TRACE_TOKENSPEED_ARGS", problems),

@@ -37,7 +37,7 @@ def finish() -> None:
     rl_insight.finish()
     rec = get_recorder()
     if rec is not None:
-        rec.write_record()
+        rec.flush()  # the demo collects right after: every event and the record on disk first
 
 
 @contextlib.contextmanager
