@@ -31,6 +31,8 @@ from typing import Any
 
 from ..answers import StepWindow, WorkSpan, answer_sections
 from ..answers.verl_metrics import metric_check
+from ..gpu import section as gpu_section
+from ..gpu.attribute import StageSpan
 from . import intervals as iv
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
@@ -44,10 +46,12 @@ from .stages import (
     TRAINING_CATEGORIES,
     WORK_CATEGORIES,
     classify,
+    guessable,
+    marker_number,
     marker_priority,
 )
 
-SCHEMA = "rl-trace-report/3"
+SCHEMA = "rl-trace-report/4"
 STAGE_CATS = ("rl_insight", "verl")
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
@@ -127,10 +131,31 @@ def process_role(data: TraceData, pid: Any) -> str:
     return "unknown"
 
 
+_RANK = re.compile(r"(?:^|\s)rank\s+(\d+)\b")
+
+
+def process_identity(data: TraceData, pid: Any) -> tuple[str, int | None, str | None]:
+    """(role, rank, host) of a merged process: its args, else its label ``host · pid N · role rank R``;
+    a trace we did not merge is one process, ranked by its ``distributedInfo``."""
+    if not (data.metadata.get("rl_trace_observer") or data.mode == "shards"):
+        info = data.metadata.get("distributedInfo") or {}
+        rank = info.get("rank") if isinstance(info, dict) else None
+        return "unknown", rank if isinstance(rank, int) else None, None
+    parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
+    rank = next((int(m.group(1)) for p in parts[2:] if (m := _RANK.search(p))), None)
+    host = parts[0] if len(parts) > 1 and parts[1].startswith("pid ") else None
+    return process_role(data, pid), rank, host
+
+
 def lane_of(data: TraceData, span: Span) -> str:
+    """RL-Insight's lane; else, for a ranked process, ``rank N`` (a profiler-only trace); else the
+    thread's name."""
     lane = span.args.get("state_lane_id")
     if lane is not None:
         return str(lane)
+    rank = None if span.cat.startswith((*STAGE_CATS, "rl_trace")) else process_identity(data, span.pid)[1]
+    if rank is not None:
+        return f"rank {rank}"
     name = data.thread_names.get((span.pid, span.tid))
     if name:
         return name.rsplit("·", 1)[-1].strip()
@@ -171,6 +196,7 @@ def step_windows(markers: list[Span]) -> list[Window]:
     numbers = []
     for g in groups:
         found = {n for m in g for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
+        found |= {n for m in g if not found and (n := marker_number(m.name)) is not None}
         numbers.append(found.pop() if len(found) == 1 else None)
     usable = None not in numbers and len(set(numbers)) == len(numbers)
     windows = []
@@ -372,23 +398,74 @@ def gantt(idx: _Index, windows: list[Window]) -> dict[str, Any] | None:
 
 
 def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
+    """RL-Insight's spans when the trace has any; else the spans :func:`.stages.guessable` lets
+    stand for stages and steps (``names``), or none at all (``none``)."""
     tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
     if tagged:
         return tagged, "rl_insight"
-    return [s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX)], "names"
+    guessed = [
+        s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX) and guessable(s.name, s.cat)
+    ]
+    return guessed, "names" if any(classify(s.name) != STEP for s in guessed) else "none"
 
 
-def build_summary(
-    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+def _guesses(data: TraceData, spans: list[Span], source: str) -> dict[str, Any] | None:
+    """What a trace without RL-Insight spans was read as: the names taken, and those refused."""
+    if source == "rl_insight":
+        return None
+    taken = sorted({s.name for s in spans})
+    refused = sorted({s.name for s in data.spans if s.name not in taken and classify(s.name) != "other"})
+    return {
+        "names": {n: classify(n) for n in taken[:MAX_METRICS]},
+        "refused": refused[:20],
+        "refused_total": len(refused),
+    }
+
+
+def _steps_from(markers: list[Span], source: str) -> str | None:
+    if source == "rl_insight" or not markers:
+        return None
+    best = min(markers, key=lambda m: marker_priority(m.name) or 0)
+    return "ProfilerStep#N" if marker_number(best.name) is not None else best.name
+
+
+@dataclass
+class Model:
+    """What every report figure (and ``rl-trace sql``'s report tables) is computed from."""
+
+    spans: list[Span]
+    source: str
+    markers: list[Span]
+    work: list[Span]
+    windows: list[Window]
+    idx: _Index
+    gpu: gpu_section.GpuResult
+
+
+def model(data: TraceData) -> Model:
     spans, source = _stage_spans(data)
     markers = [s for s in spans if classify(s.name) == STEP]
     work = [s for s in spans if classify(s.name) != STEP]
     windows = step_windows(markers)
     if not windows and work:
         windows = [Window(None, min(s.start_ns for s in work), max(s.end_ns for s in work))]
-    idx = _Index(data, work)
+    gpu = gpu_section.analyze(
+        data.gpu,
+        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work],
+        who=lambda pid: process_identity(data, pid),
+        process_names=data.process_names,
+        merged=bool(data.metadata.get("rl_trace_observer")) or data.mode == "shards",
+    )
+    return Model(spans, source, markers, work, windows, _Index(data, work), gpu)
+
+
+def build_summary(
+    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+    m = model(data)
+    spans, source, markers, work, windows, idx = m.spans, m.source, m.markers, m.work, m.windows, m.idx
     steps = []
     for w in windows:
         ranks = _rank_rows(idx, w)
@@ -419,6 +496,8 @@ def build_summary(
             "stage_spans": len(work),
             "step_markers": len(markers),
             "stage_source": source,
+            "guessed": _guesses(data, spans, source),
+            "steps_from": _steps_from(markers, source),
             "loader": data.mode,
             "unmatched_ends": data.unmatched_ends,
             "dropped_events": data.dropped,
@@ -439,6 +518,7 @@ def build_summary(
             [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
         ),
         **answers,
+        "gpu": gpu_section.section(m.gpu, data.gpu.untracked),
     }
 
 

@@ -4,7 +4,8 @@ Merged traces reach gigabytes, and a Python dict per event costs ~5x the JSON. S
 a few MB at a time (:mod:`.stream`) into small structs whose ``args`` stay raw bytes, and only
 four kinds survive: stage candidates (spans whose category is RL-Insight's/VERL's or whose name the
 stage table knows — only their ``args`` are parsed), counters, process/thread names, and a
-fixed-size heap of the longest spans of any source. Everything else is counted and dropped on the
+fixed-size heap of the longest spans of any source — plus, as columns of ints, the Kineto
+kernels and their launches (:mod:`..gpu.store`). Everything else is counted and dropped on the
 spot, so memory follows what is kept, not the file size. A layout the chunker cannot follow falls
 back to one whole-document decode (a test checks both give the same summary). Times: ``ts``/``dur``
 µs (≤3 decimals, as writers emit) become exact integer ns once, here.
@@ -26,6 +27,8 @@ from msgspec import UNSET, UnsetType
 
 from ...merge.model import us_to_ns
 from ...merge.readers.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
+from ..gpu.store import KernelStore
 from .stages import OTHER, classify
 from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_events
 
@@ -97,6 +100,7 @@ class TraceData:
     process_args: dict[Any, dict[str, Any]] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)  # top-level keys other than traceEvents
+    gpu: KernelStore = field(default_factory=KernelStore)  # Kineto kernels and their launches
     events: int = 0
     spans_seen: int = 0
     unmatched_ends: int = 0
@@ -130,7 +134,7 @@ class _Collector:
     def feed(self, events: list[Event]) -> None:
         """The hot loop: ~1 M events/s, so only cheap tests before anything is allocated."""
         self.data.events += len(events)
-        heap = self._heap
+        heap, gpu = self._heap, self.data.gpu
         for ev in events:
             ph = ev.ph
             if ph == "X":
@@ -140,6 +144,10 @@ class _Collector:
                 name, cat, dur = ev.name, ev.cat, ev.dur or 0
                 if type(name) is not str or type(cat) is not str:
                     name, cat = _text(name), _text(cat)
+                if cat in GPU_CATEGORIES:
+                    gpu.add_kernel(ev.pid, ev.tid, us_to_ns(ev.ts), us_to_ns(dur), name, cat, ev.args)
+                elif cat in LAUNCH_CATEGORIES:
+                    gpu.add_launch(ev.pid, ev.tid, us_to_ns(ev.ts), us_to_ns(dur), ev.args)
                 keep = cat.startswith(STAGE_CATEGORIES) or classify(name) != OTHER
                 if keep or len(heap) < LONGEST_KEPT or dur * 1000.0 >= heap[0][0] - 1:
                     self._span(ev, name, cat, us_to_ns(ev.ts), us_to_ns(dur), keep)

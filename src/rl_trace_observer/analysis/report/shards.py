@@ -18,6 +18,7 @@ import orjson
 
 from ...merge.shards.arrow import compute
 from ...merge.shards.dataset import Shards
+from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from .load import LONGEST_KEPT, STAGE_CATEGORIES, Counter, Span, TraceData, split_labels
 from .stages import OTHER, classify
 
@@ -102,9 +103,28 @@ def _part(
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
+    _gpu(slices, base, data)
     for row in table.filter(pc.equal(ph, "C")).to_pylist():
         counters.append((row["job"], row["ordinal"], _counters(row, base)))
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
+
+
+def _gpu(slices: Any, base: int, data: TraceData) -> None:
+    """Kineto kernels and launches of one part into the report's kernel store (as the JSON loader)."""
+    pc = compute()
+    cats = slices.column("category")
+    kernels = slices.filter(pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(GPU_CATEGORIES))), False))
+    launches = slices.filter(
+        pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
+    )
+    gpu = data.gpu
+    cols = ("trace_pid", "trace_tid", "ts_ns", "dur_ns", "name", "category", "args")
+    pid, tid, ts, dur, name, cat, args = (kernels.column(c).to_pylist() for c in cols)
+    for i in range(kernels.num_rows):
+        gpu.add_kernel(pid[i], tid[i], ts[i] - base, dur[i] or 0, name[i] or "", cat[i], args[i])
+    pid, tid, ts, dur, args = (launches.column(c).to_pylist() for c in (*cols[:4], "args"))
+    for i in range(launches.num_rows):
+        gpu.add_launch(pid[i], tid[i], ts[i] - base, dur[i] or 0, args[i])
 
 
 def _strings(values: list[str]) -> Any:

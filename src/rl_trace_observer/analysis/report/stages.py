@@ -29,6 +29,8 @@ __all__ = [
     "WORK_CATEGORIES",
     "StageRule",
     "classify",
+    "guessable",
+    "marker_number",
     "marker_priority",
 ]
 
@@ -48,6 +50,11 @@ STAGE_TABLE: tuple[StageRule, ...] = (
     StageRule(STEP, r"^global_step$", "one span per training step (the VERL integration's step marker)"),
     StageRule(STEP, r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
     StageRule(
+        STEP,
+        r"^ProfilerStep\s*#\s*\d+$",
+        "torch.profiler's prof.step() ranges: steps of a profiler-only trace",
+    ),
+    StageRule(
         "weight_sync",
         r"update_weights|sync_weights|weight_sync|weights_update|(load|send|recv|broadcast)_weights"
         r"|wake_up|(^|_)sleep($|_)|resume_memory|release_memory",
@@ -66,6 +73,14 @@ WORK_CATEGORIES: tuple[str, ...] = ("generation", "log_prob", "update", "weight_
 CATEGORIES: tuple[str, ...] = (*WORK_CATEGORIES, IDLE)
 ROLLOUT_CATEGORIES = frozenset({"generation"})
 TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
+
+# A name the report may read as an RL stage in a trace WITHOUT RL-Insight spans: one identifier
+# (``actor_update``, ``generate_sequences``, ``ProfilerStep#3``), never a phrase or a qualified
+# name in which a pattern happens to occur (``## optimizer ##``, ``Optimizer.step#Adam.step``,
+# ``execute_…(…)_generation_32``, a Python function ``file.py(12): update``).
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*$")
+_PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_DEVICE_CATEGORIES = ("kernel", "gpu_", "Kernel", "Memcpy", "Memset", "mtia_ccp", "cuda_")
 
 _COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in STAGE_TABLE)
 
@@ -90,3 +105,19 @@ def marker_priority(name: str) -> int | None:
             return rank
         rank += 1
     return None
+
+
+def guessable(name: str, category: str) -> bool:
+    """Whether a span of a trace without RL-Insight spans may stand for a stage or a step marker:
+    a CPU-side span whose whole name is one identifier the stage table knows (or ``ProfilerStep#N``)."""
+    if category.startswith(_DEVICE_CATEGORIES):
+        return False
+    if _PROFILER_STEP.match(name):
+        return True
+    return bool(_IDENTIFIER.match(name)) and classify(name) != OTHER
+
+
+def marker_number(name: str) -> int | None:
+    """The step number a marker's name states (``ProfilerStep#12`` → 12), else None."""
+    m = _PROFILER_STEP.match(name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,171 @@
+"""Each kernel's launch, step and stage: the stage's GPU work is what its CPU work launched.
+
+Rules, in order (the report counts the kernels each one placed):
+
+1. ``launch``: the kernel's ``args.correlation`` equals that of a CPU runtime/driver call of the
+   same process (Kineto's launch→kernel link: its ``ac2g`` flow carries the same id, and the ids
+   stay in the args where a trace's flows were dropped, as in HTA's sampled traces). The step is
+   the step window holding the launch, the stage the innermost stage span of the launching process
+   holding it — wherever and whenever the kernel then ran.
+2. ``window``: no launch found (a CUDA-graph replay outside the profiled range, a thinned trace):
+   the step window and innermost stage span of the kernel's own process at the kernel's start.
+
+A kernel no stage span covers gets stage ``none``; one outside every step window, step ``None``.
+Several launches with one id in a process (two profiler sessions): the latest at or before the
+kernel. "Same process" in a merged trace: a GPU sub-process's pid with its low 8 bits cleared is
+its owner (:mod:`rl_trace_observer.merge.identity`); a trace we did not merge is one process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from itertools import pairwise
+from array import array
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .store import KernelStore
+
+__all__ = ["LAUNCH", "NONE", "RULES", "WINDOW", "Attribution", "StageSpan", "attribute", "owner_of"]
+
+LAUNCH, WINDOW = "launch", "window"
+RULES = (LAUNCH, WINDOW)
+NONE = "none"
+UNKNOWN = -(1 << 62)  # "no launch": sorts before every time, and is never "after" a gap began
+
+
+@dataclass(frozen=True)
+class StageSpan:
+    pid: Any  # the merged pid of the process whose stage it is
+    start_ns: int
+    end_ns: int
+    category: str
+    name: str
+
+
+@dataclass
+class Attribution:
+    """Per kernel (index into the store): its launch, rule, step window index and stage."""
+
+    launch_ts: array  # type: ignore[type-arg]
+    launch_end: array  # type: ignore[type-arg]
+    rule: bytearray  # index into RULES
+    window: array  # type: ignore[type-arg]  # index into the windows, -1: none
+    stage: array  # type: ignore[type-arg]  # index into stages
+    stages: list[tuple[str, str]]  # (category, name); stages[0] = (none, none)
+    owner: list[Any]  # per interned pid value: its owner process's pid
+
+
+def owner_of(pid: Any, merged: bool) -> Any:
+    if not merged:
+        return 0
+    return pid & ~0xFF if type(pid) is int else pid
+
+
+class _Segments:
+    """A process's stage spans cut into disjoint pieces, each labelled with its innermost span."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:  # (start, end, stage id)
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.ids: list[int] = []
+        points = sorted({p for s, e, _ in spans for p in (s, e)})
+        order = sorted(spans)
+        heap: list[tuple[int, int, int, int]] = []  # (-start, end - start, end, id): innermost first
+        k = 0
+        for lo, hi in pairwise(points):
+            while k < len(order) and order[k][0] <= lo:
+                s, e, sid = order[k]
+                heapq.heappush(heap, (-s, e - s, e, sid))
+                k += 1
+            while heap and heap[0][2] <= lo:
+                heapq.heappop(heap)
+            if heap:
+                self._add(lo, hi, heap[0][3])
+
+    def _add(self, lo: int, hi: int, sid: int) -> None:
+        if self.ends and self.ends[-1] == lo and self.ids[-1] == sid:
+            self.ends[-1] = hi
+            return
+        self.starts.append(lo)
+        self.ends.append(hi)
+        self.ids.append(sid)
+
+    def at(self, t: int) -> int:
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.ids[i] if i >= 0 and t < self.ends[i] else 0
+
+
+def _launch_index(store: KernelStore, owners: list[Any]) -> dict[tuple[Any, int], Any]:
+    """(owner, correlation) → launch index, or a sorted list of indices when an id repeats."""
+    index: dict[tuple[Any, int], Any] = {}
+    for i, (p, c) in enumerate(zip(store.l_pid, store.l_corr, strict=True)):
+        key = (owners[p], c)
+        got = index.get(key)
+        if got is None:
+            index[key] = i
+        elif isinstance(got, list):
+            got.append(i)
+        else:
+            index[key] = [got, i]
+    for got in index.values():
+        if isinstance(got, list):
+            got.sort(key=store.l_ts.__getitem__)
+    return index
+
+
+def _pick(got: Any, store: KernelStore, ts: int) -> int:
+    if not isinstance(got, list):
+        return int(got)
+    times = [store.l_ts[i] for i in got]
+    k = bisect.bisect_right(times, ts) - 1
+    return int(got[max(k, 0)])
+
+
+def attribute(
+    store: KernelStore,
+    windows: Sequence[tuple[Any, int, int]],
+    stage_spans: Sequence[StageSpan],
+    merged: bool,
+) -> Attribution:
+    owners = [owner_of(v, merged) for v in store.values]
+    stages: list[tuple[str, str]] = [(NONE, NONE)]
+    stage_ids: dict[tuple[str, str], int] = {}
+    per_pid: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
+    for s in stage_spans:
+        sid = stage_ids.get((s.category, s.name))
+        if sid is None:
+            sid = stage_ids[(s.category, s.name)] = len(stages)
+            stages.append((s.category, s.name))
+        if s.end_ns > s.start_ns:
+            per_pid[owner_of(s.pid, merged)].append((s.start_ns, s.end_ns, sid))
+    segments = {pid: _Segments(spans) for pid, spans in per_pid.items()}
+    w_starts = [w[1] for w in windows]
+    w_ends = [w[2] for w in windows]
+    index = _launch_index(store, owners)
+    n = len(store)
+    out = Attribution(
+        array("q", [UNKNOWN]) * n, array("q", [UNKNOWN]) * n, bytearray(n),
+        array("q", [-1]) * n, array("q", [0]) * n, stages, owners,
+    )  # fmt: skip
+    k_pid, k_ts, k_corr = store.k_pid, store.k_ts, store.k_corr
+    for i in range(n):
+        ts, owner = k_ts[i], owners[k_pid[i]]
+        got = index.get((owner, k_corr[i])) if k_corr[i] >= 0 else None
+        if got is not None:
+            li = _pick(got, store, ts)
+            t, who = store.l_ts[li], owners[store.l_pid[li]]
+            out.launch_ts[i], out.launch_end[i] = t, t + store.l_dur[li]
+        else:
+            t, who = ts, owner
+            out.rule[i] = 1
+        w = bisect.bisect_right(w_starts, t) - 1
+        if w >= 0 and t < w_ends[w]:
+            out.window[i] = w
+        seg = segments.get(who)
+        if seg is not None:
+            out.stage[i] = seg.at(t)
+    return out
