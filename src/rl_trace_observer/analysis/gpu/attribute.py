@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from itertools import pairwise
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from .store import KernelStore
@@ -99,6 +99,25 @@ class _Segments:
         return self.ids[i] if i >= 0 and t < self.ends[i] else 0
 
 
+class _Windows:
+    """Step windows (start, end, index) sorted by start; where they overlap, the latest started."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+        self.starts = [s for s, _, _ in spans]
+        self.spans = spans
+        self.reach: list[int] = []  # the latest end among the first k+1 windows
+        for _, e, _ in spans:
+            self.reach.append(max(e, self.reach[-1]) if self.reach else e)
+
+    def at(self, t: int) -> int:
+        k = bisect.bisect_right(self.starts, t) - 1
+        while k >= 0 and self.reach[k] > t:
+            if t < self.spans[k][1]:
+                return self.spans[k][2]
+            k -= 1
+        return -1
+
+
 def _launch_index(store: KernelStore, owners: list[Any]) -> dict[tuple[Any, int], Any]:
     """(owner, correlation) → launch index, or a sorted list of indices when an id repeats."""
     index: dict[tuple[Any, int], Any] = {}
@@ -130,7 +149,10 @@ def attribute(
     windows: Sequence[tuple[Any, int, int]],
     stage_spans: Sequence[StageSpan],
     merged: bool,
+    own_windows: dict[Any, list[tuple[int, int, int]]] | None = None,
 ) -> Attribution:
+    """``own_windows``: per process that marks its own steps, (start, end, window index) — its
+    kernels take their step from there rather than from the run's joined windows."""
     owners = [owner_of(v, merged) for v in store.values]
     stages: list[tuple[str, str]] = [(NONE, NONE)]
     stage_ids: dict[tuple[str, str], int] = {}
@@ -143,8 +165,12 @@ def attribute(
         if s.end_ns > s.start_ns:
             per_pid[owner_of(s.pid, merged)].append((s.start_ns, s.end_ns, sid))
     segments = {pid: _Segments(spans) for pid, spans in per_pid.items()}
-    w_starts = [w[1] for w in windows]
-    w_ends = [w[2] for w in windows]
+    glob = [(w[1], w[2], i) for i, w in enumerate(windows)]
+    local: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
+    for pid, spans in (own_windows or {}).items():
+        local[owner_of(pid, merged)] += spans
+    finders = {pid: _Windows(sorted(v)) for pid, v in local.items()}
+    everyone = _Windows(glob)
     index = _launch_index(store, owners)
     n = len(store)
     out = Attribution(
@@ -162,9 +188,7 @@ def attribute(
         else:
             t, who = ts, owner
             out.rule[i] = 1
-        w = bisect.bisect_right(w_starts, t) - 1
-        if w >= 0 and t < w_ends[w]:
-            out.window[i] = w
+        out.window[i] = finders.get(who, everyone).at(t)
         seg = segments.get(who)
         if seg is not None:
             out.stage[i] = seg.at(t)

@@ -5,6 +5,7 @@
   communication NOT hidden under compute (exposed); ``memory`` = the rest of busy; so
   compute + comm + memory = busy. ``overlap`` = |C ∩ M|: communication under compute (HTA's
   comm–comp overlap is overlap / (comm + overlap)).
+- ``span``: first kernel start to last kernel end (HTA's ``kernel_time``: HTA's idle = span − busy).
 - ``wall``: the window the set is judged in — the CPU time it belongs to (a step window, a
   stage's spans) joined with its busy time, or for a whole run HTA's "kernel time", first kernel
   start to last kernel end. ``idle`` = wall − busy.
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from itertools import pairwise
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from ..report import intervals as iv
@@ -37,7 +38,7 @@ __all__ = ["FIGURES", "KERNEL_WAIT_BELOW_NS", "figures", "stream_idle", "top_ker
 
 KERNEL_WAIT_BELOW_NS = 30_000
 FIGURES = (
-    "kernels", "wall_ns", "busy_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns", "idle_ns",
+    "kernels", "span_ns", "wall_ns", "busy_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns", "idle_ns",
     "host_wait_ns", "kernel_wait_ns", "other_wait_ns",
     "launch_delay_p50_ns", "launch_delay_p95_ns", "launch_delay_max_ns",
 )  # fmt: skip
@@ -102,6 +103,7 @@ def figures(
         cpu = [(pieces[0][0], pieces[-1][1])] if pieces else []
     idle = iv.subtract(iv.union(cpu), pieces)
     out: dict[str, Any] = {"kernels": len(order), "busy_ns": busy.length}
+    out["span_ns"] = pieces[-1][1] - pieces[0][0] if pieces else 0
     out["compute_ns"] = comp.length
     out["comm_ns"] = both.length - comp.length
     out["memory_ns"] = busy.length - both.length

@@ -74,13 +74,14 @@ def analyze(
     store: KernelStore,
     windows: Sequence[tuple[Any, int, int]],
     stage_spans: Sequence[StageSpan],
+    own_windows: dict[Any, list[tuple[int, int, int]]] | None = None,
     *,
     who: Who,
     process_names: dict[Any, str],
     merged: bool,
     threshold_ns: int = KERNEL_WAIT_BELOW_NS,
 ) -> GpuResult:
-    at = attribute(store, windows, stage_spans, merged)
+    at = attribute(store, windows, stage_spans, merged, own_windows or {})
     devices = {}
     for p in sorted(set(store.k_pid)):
         pid = store.values[p]

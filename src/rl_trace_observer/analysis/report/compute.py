@@ -182,13 +182,18 @@ def _truthy(value: Any) -> bool:
 
 # --------------------------------------------------------------------------------------- windows
 def step_windows(markers: list[Span]) -> list[Window]:
-    """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies)."""
-    if not markers:
-        return []
-    best = min(p for p in (marker_priority(m.name) for m in markers) if p is not None)
-    chosen = sorted((m for m in markers if marker_priority(m.name) == best), key=lambda m: m.start_ns)
+    """Windows from the preferred kind of step marker. Markers that all state their step (an arg,
+    or ``ProfilerStep#N``) group by it — per-rank copies of one step join, and the next step of a
+    rank that runs ahead stays apart; otherwise overlapping markers join."""
+    chosen = _chosen_markers(markers)
     groups: list[list[Span]] = []
-    for m in chosen:
+    own = [_marker_step(m) for m in chosen]
+    if chosen and None not in own:
+        by: dict[int | None, list[Span]] = {}
+        for m, n in zip(chosen, own, strict=True):
+            by.setdefault(n, []).append(m)
+        groups = sorted(by.values(), key=lambda g: min(x.start_ns for x in g))
+    for m in chosen if not groups else ():
         if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
             groups[-1].append(m)
         else:
@@ -212,6 +217,30 @@ def step_windows(markers: list[Span]) -> list[Window]:
             )
         )
     return windows
+
+
+def _chosen_markers(markers: list[Span]) -> list[Span]:
+    if not markers:
+        return []
+    best = min(p for p in (marker_priority(m.name) for m in markers) if p is not None)
+    return sorted((m for m in markers if marker_priority(m.name) == best), key=lambda m: m.start_ns)
+
+
+def _marker_step(m: Span) -> int | None:
+    found = {n for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
+    return found.pop() if len(found) == 1 else marker_number(m.name) if not found else None
+
+
+def process_windows(markers: list[Span], windows: list[Window]) -> dict[Any, list[tuple[int, int, int]]]:
+    """Per process, its own markers' spans as (start, end, window index): a kernel's step is the
+    step its own rank was in when it launched it (HTA's per-rank iterations), where ranks mark steps."""
+    index = {w.step: i for i, w in enumerate(windows) if w.step is not None}
+    out: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
+    for m in _chosen_markers(markers):
+        n = _marker_step(m)
+        if n in index:
+            out[m.pid].append((m.start_ns, m.end_ns, index[n]))
+    return {pid: sorted(v) for pid, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------ per step
@@ -453,6 +482,7 @@ def model(data: TraceData) -> Model:
         data.gpu,
         [(w.step, w.start_ns, w.end_ns) for w in windows],
         [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work],
+        process_windows(markers, windows),
         who=lambda pid: process_identity(data, pid),
         process_names=data.process_names,
         merged=bool(data.metadata.get("rl_trace_observer")) or data.mode == "shards",
