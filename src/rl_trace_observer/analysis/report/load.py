@@ -125,8 +125,9 @@ def _args(raw: msgspec.Raw | UnsetType | None) -> dict[str, Any]:
 class _Collector:
     """Consumes decoded events a chunk at a time; keeps only what the report needs."""
 
-    def __init__(self, data: TraceData) -> None:
+    def __init__(self, data: TraceData, gpu: bool = True) -> None:
         self.data = data
+        self.gpu = gpu
         self._heap: list[tuple[int, int, Span]] = []
         self._open: dict[tuple[Any, Any], list[Event]] = {}
         self._seq = 0
@@ -144,7 +145,9 @@ class _Collector:
                 name, cat, dur = ev.name, ev.cat, ev.dur or 0
                 if type(name) is not str or type(cat) is not str:
                     name, cat = _text(name), _text(cat)
-                if cat in GPU_CATEGORIES:
+                if not self.gpu:
+                    pass
+                elif cat in GPU_CATEGORIES:
                     gpu.add_kernel(ev.pid, ev.tid, us_to_ns(ev.ts), us_to_ns(dur), name, cat, ev.args)
                 elif cat in LAUNCH_CATEGORIES:
                     gpu.add_launch(ev.pid, ev.tid, us_to_ns(ev.ts), us_to_ns(dur), ev.args)
@@ -257,9 +260,12 @@ def _read_document(path: Path, collector: _Collector) -> dict[str, Any]:
     return meta
 
 
-def load_trace(path: str | Path, *, mode: str = "auto", chunk_bytes: int = CHUNK_BYTES) -> TraceData:
+def load_trace(
+    path: str | Path, *, mode: str = "auto", chunk_bytes: int = CHUNK_BYTES, gpu: bool = True
+) -> TraceData:
     """Read ``path``. ``mode``: ``auto`` streams and falls back to one whole decode when the layout
-    defeats the chunker; ``stream`` / ``document`` force one way (tests, benchmarks)."""
+    defeats the chunker; ``stream`` / ``document`` force one way (tests, benchmarks). ``gpu=False``
+    keeps no kernels (the benchmark's baseline: the report as it was before the GPU section)."""
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")
@@ -268,7 +274,7 @@ def load_trace(path: str | Path, *, mode: str = "auto", chunk_bytes: int = CHUNK
     try:
         if mode != "document":
             data = TraceData(path=str(p), mode="stream")
-            collector = _Collector(data)
+            collector = _Collector(data, gpu)
             try:
                 data.metadata = _read_stream(p, collector, chunk_bytes)
                 collector.finish()
@@ -277,7 +283,7 @@ def load_trace(path: str | Path, *, mode: str = "auto", chunk_bytes: int = CHUNK
                 if mode == "stream":
                     raise TraceError(f"{p}: cannot stream this trace ({exc})") from None
         data = TraceData(path=str(p), mode="document")
-        collector = _Collector(data)
+        collector = _Collector(data, gpu)
         data.metadata = _read_document(p, collector)
         collector.finish()
         return data

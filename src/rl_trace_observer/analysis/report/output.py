@@ -21,10 +21,11 @@ from .shards import load_shards
 __all__ = ["summarize", "write_outputs"]
 
 
-def summarize(path: str | Path, *, manifest: str | Path | None = None) -> dict[str, Any]:
-    """Read a merged trace (and its manifest), or merge a run directory first; return the summary."""
+def summarize(path: str | Path, *, manifest: str | Path | None = None, gpu: bool = True) -> dict[str, Any]:
+    """Read a merged trace (and its manifest), or merge a run directory first; return the summary
+    (``gpu=False``: without the GPU section, the benchmark's baseline)."""
     with resolve(path, manifest) as src:
-        data = load_shards(src.shards) if src.shards is not None else load_trace(src.trace)
+        data = load_shards(src.shards, gpu) if src.shards is not None else load_trace(src.trace, gpu=gpu)
         summary = build_summary(
             data,
             clock=clock_section(src.manifest, data.metadata),

@@ -25,7 +25,7 @@ from .stages import OTHER, classify
 _COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid", "job", "ordinal"]
 
 
-def load_shards(root: str | Path) -> TraceData:
+def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
     shards = Shards.open(root)
     data = TraceData(path=str(root), mode="shards")
     data.metadata = {
@@ -45,7 +45,7 @@ def load_shards(root: str | Path) -> TraceData:
     begins_ends: list[dict[str, Any]] = []
     known: dict[str, bool] = {}
     for table in shards.scan([*_COLUMNS, "args"]):
-        _part(table, base, known, kept, counters, longest, begins_ends, data)
+        _part(table, base, known, kept, counters, longest, begins_ends, data, gpu)
     _pair(begins_ends, base, known, kept, longest, data)
     data.spans = [s for _, _, s in sorted(kept, key=lambda k: k[:2])]
     data.counters = [c for _, _, cs in sorted(counters, key=lambda k: k[:2]) for c in cs]
@@ -86,6 +86,7 @@ def _part(
     longest: list[tuple[int, int, int, Span]],
     begins_ends: list[dict[str, Any]],
     data: TraceData,
+    gpu: bool = True,
 ) -> None:
     pc = compute()
     ph = table.column("ph")
@@ -103,7 +104,8 @@ def _part(
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
-    _gpu(slices, base, data)
+    if gpu:
+        _gpu(slices, base, data)
     for row in table.filter(pc.equal(ph, "C")).to_pylist():
         counters.append((row["job"], row["ordinal"], _counters(row, base)))
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..gpu import render as gpu_render
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
@@ -182,14 +183,22 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         f"{len(summary['steps'])} step(s); * = profiled step"
     )
     compact = console.width < COMPACT_BELOW
-    if not summary["steps"]:
-        console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
+    note = gpu_render.banner(summary)
+    if note:
+        console.print(Text(note, style="yellow"))
+    if not any(st["roles"] for st in summary["steps"]):
+        if not summary.get("gpu"):
+            console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
     else:
         console.print(_steps_table(summary, compact))
         focus = [s for s in summary["steps"] if s["profiled"]] or summary["steps"]
         for st in focus[:MAX_RANK_TABLES]:
             console.print(_rank_table(st, compact))
         console.print(_overlap_table(summary, compact))
+    for plain in gpu_render.tables(summary):
+        console.print(gpu_render.to_rich(plain))
+        if plain.note:
+            console.print(_t(plain.note))
     _plain(console, answer_tables(summary, top=top), compact)
     if summary["stragglers"]:
         console.print(_stragglers_table(summary, top, compact))
