@@ -66,7 +66,7 @@ def main() -> None:
     for r in range(args.rounds):
         for source, label in ((trace, ".json.gz"), (shards, "shards")):
             base = None
-            for gpu in ((False, True) if r % 2 == 0 else (True, False)):
+            for gpu in (False, True) if r % 2 == 0 else (True, False):
                 cpu, wall, rss, kernels, rows = measure([str(source), "1" if gpu else "0"])
                 name = f"round {r + 1} report {label} " + ("with GPU" if gpu else "baseline (no GPU)")
                 if not gpu:
@@ -79,7 +79,9 @@ def main() -> None:
             name = f"round {r + 1} report {label} with GPU"
             print(f"{name:44} {cpu:7.1f} {wall:7.1f} {rss / 1e6:8.0f} {kernels:9,}  "
                   f"{cpu / base[0]:.2f}x, {rss / base[1]:.2f}x ({rows} gpu rows)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", ALONE, str(trace)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ALONE, str(trace)], capture_output=True, text=True, check=True
+    )
     kernels, launches, alone = out.stdout.split()
     print(f"GPU analysis alone (attribution + figures, no loading): {float(alone):.2f} CPU s "
           f"for {int(kernels):,} kernels and {int(launches):,} launches")  # fmt: skip

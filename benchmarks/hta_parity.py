@@ -177,8 +177,10 @@ def main() -> None:
                     {"case": label, "rank": int(rank), "figure": key, "hta": a, "ours": b, "rel": rel}
                 )
                 print(f"{rank:>4} {key:28} {a:14.1f} {b:14.1f} {100 * rel:8.4f}%")
-    print(f"\nworst relative difference of busy, idle, compute, non-compute, comm, kernel time, overlap: "
-          f"{100 * worst:.4f} % (tolerance {100 * TOLERANCE:.1f} %; per-stream rows shown only)")
+    print(
+        f"\nworst relative difference of busy, idle, compute, non-compute, comm, kernel time, overlap: "
+        f"{100 * worst:.4f} % (tolerance {100 * TOLERANCE:.1f} %; per-stream rows shown only)"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     sys.exit(0 if worst <= TOLERANCE else 1)

@@ -56,7 +56,7 @@ class Attribution:
     window: array  # type: ignore[type-arg]  # index into the windows, -1: none
     stage: array  # type: ignore[type-arg]  # index into stages
     stages: list[tuple[str, str]]  # (category, name); stages[0] = (none, none)
-    owner: list[Any]  # per interned pid value: its owner process's pid
+    owner: dict[int, Any]  # per stored pid: its owner process's pid
 
 
 def owner_of(pid: Any, merged: bool) -> Any:
@@ -118,30 +118,29 @@ class _Windows:
         return -1
 
 
-def _launch_index(store: KernelStore, owners: list[Any]) -> dict[tuple[Any, int], Any]:
+def _launch_index(store: KernelStore, owners: dict[int, Any]) -> dict[tuple[Any, int], Any]:
     """(owner, correlation) → launch index, or a sorted list of indices when an id repeats."""
     index: dict[tuple[Any, int], Any] = {}
-    for i, (p, c) in enumerate(zip(store.l_pid, store.l_corr, strict=True)):
-        key = (owners[p], c)
-        got = index.get(key)
-        if got is None:
-            index[key] = i
-        elif isinstance(got, list):
-            got.append(i)
-        else:
-            index[key] = [got, i]
-    for got in index.values():
+    setdefault = index.setdefault
+    for i, key in enumerate(zip(map(owners.__getitem__, store.l_pid), store.l_corr)):  # noqa: B905
+        got = setdefault(key, i)
+        if got != i:
+            if isinstance(got, list):
+                got.append(i)
+            else:
+                index[key] = [got, i]
+    for key, got in index.items():
         if isinstance(got, list):
             got.sort(key=store.l_ts.__getitem__)
+            index[key] = ([store.l_ts[i] for i in got], got)
     return index
 
 
-def _pick(got: Any, store: KernelStore, ts: int) -> int:
-    if not isinstance(got, list):
-        return int(got)
-    times = [store.l_ts[i] for i in got]
+def _pick(got: tuple[list[int], list[int]], ts: int) -> int:
+    """Of the launches sharing an id: the latest at or before the kernel (else the first)."""
+    times, which = got
     k = bisect.bisect_right(times, ts) - 1
-    return int(got[max(k, 0)])
+    return which[k if k > 0 else 0]
 
 
 def attribute(
@@ -153,7 +152,7 @@ def attribute(
 ) -> Attribution:
     """``own_windows``: per process that marks its own steps, (start, end, window index) — its
     kernels take their step from there rather than from the run's joined windows."""
-    owners = [owner_of(v, merged) for v in store.values]
+    owners = {p: owner_of(store.value(p), merged) for p in {*store.k_pid, *store.l_pid}}
     stages: list[tuple[str, str]] = [(NONE, NONE)]
     stage_ids: dict[tuple[str, str], int] = {}
     per_pid: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
@@ -177,19 +176,27 @@ def attribute(
         array("q", [UNKNOWN]) * n, array("q", [UNKNOWN]) * n, bytearray(n),
         array("q", [-1]) * n, array("q", [0]) * n, stages, owners,
     )  # fmt: skip
-    k_pid, k_ts, k_corr = store.k_pid, store.k_ts, store.k_corr
-    for i in range(n):
-        ts, owner = k_ts[i], owners[k_pid[i]]
-        got = index.get((owner, k_corr[i])) if k_corr[i] >= 0 else None
+    l_ts, l_dur, l_pid = store.l_ts, store.l_dur, store.l_pid
+    launch_ts, launch_end, rule, window, stage = (
+        out.launch_ts,
+        out.launch_end,
+        out.rule,
+        out.window,
+        out.stage,
+    )
+    get = index.get
+    for i, (p, ts, corr) in enumerate(zip(store.k_pid, store.k_ts, store.k_corr)):  # noqa: B905
+        owner = owners[p]
+        got = get((owner, corr)) if corr >= 0 else None
         if got is not None:
-            li = _pick(got, store, ts)
-            t, who = store.l_ts[li], owners[store.l_pid[li]]
-            out.launch_ts[i], out.launch_end[i] = t, t + store.l_dur[li]
+            li = got if type(got) is int else _pick(got, ts)
+            t, who = l_ts[li], owners[l_pid[li]]
+            launch_ts[i], launch_end[i] = t, t + l_dur[li]
         else:
             t, who = ts, owner
-            out.rule[i] = 1
-        out.window[i] = finders.get(who, everyone).at(t)
+            rule[i] = 1
+        window[i] = finders.get(who, everyone).at(t)
         seg = segments.get(who)
         if seg is not None:
-            out.stage[i] = seg.at(t)
+            stage[i] = seg.at(t)
     return out

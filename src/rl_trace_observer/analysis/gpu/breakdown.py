@@ -44,31 +44,6 @@ FIGURES = (
 )  # fmt: skip
 
 
-class _Run:
-    """A running union of intervals met in start order: its length and, optionally, its pieces."""
-
-    __slots__ = ("end", "length", "pieces", "start")
-
-    def __init__(self, keep: bool = False) -> None:
-        self.start = self.end = UNKNOWN
-        self.length = 0
-        self.pieces: list[iv.Interval] | None = [] if keep else None
-
-    def add(self, s: int, e: int) -> None:
-        if s > self.end:
-            self.close()
-            self.start, self.end = s, e
-        elif e > self.end:
-            self.end = e
-
-    def close(self) -> None:
-        if self.end > self.start:
-            self.length += self.end - self.start
-            if self.pieces is not None:
-                self.pieces.append((self.start, self.end))
-        self.start = self.end = UNKNOWN
-
-
 def figures(
     order: Sequence[int],
     store: KernelStore,
@@ -77,64 +52,109 @@ def figures(
     threshold_ns: int = KERNEL_WAIT_BELOW_NS,
 ) -> tuple[dict[str, Any], list[iv.Interval]]:
     """``order``: kernel indices sorted by (start, launch). ``cpu``: the CPU window (sorted,
-    disjoint), or None for a whole run. Returns the figures and the busy intervals."""
-    ts, dur, names, kinds = store.k_ts, store.k_dur, store.k_name, store.kinds
-    busy, comp, comm, both = _Run(keep=True), _Run(), _Run(), _Run()
-    delays = []
-    launch_end = at.launch_end
+    disjoint), or None for a whole run. Returns the figures and the busy intervals.
+
+    One pass keeps four running unions (all, compute, comm, compute ∪ comm) inline: this loop runs
+    three times per kernel of a run (run, step, stage), so it avoids calls."""
+    ts, dur, names, launch_end = store.k_ts, store.k_dur, store.k_name, at.launch_end
+    code = [0 if k == COMPUTE else 1 if k == COMM else 2 for k in store.kinds]
+    pieces: list[iv.Interval] = []
+    add = pieces.append
+    firsts: list[int] = []  # per busy piece, the launch of its first kernel (earliest launched)
+    first = firsts.append
+    delays: list[int] = []
+    keep = delays.append
+    bs = be = cs = ce = ms = me = xs = xe = UNKNOWN
+    comp = comm = both = 0
     for i in order:
         s = ts[i]
         e = s + dur[i]
-        busy.add(s, e)
-        kind = kinds[names[i]]
-        if kind == COMPUTE:
-            comp.add(s, e)
-            both.add(s, e)
-        elif kind == COMM:
-            comm.add(s, e)
-            both.add(s, e)
+        if s > be:
+            if be > bs:
+                add((bs, be))
+            else:
+                del firsts[-1:]
+            bs, be = s, e
+            first(at.launch_ts[i])
+        elif e > be:
+            be = e
+        k = code[names[i]]
+        if k < 2:
+            if s > xe:
+                both += xe - xs
+                xs, xe = s, e
+            elif e > xe:
+                xe = e
+            if k == 0:
+                if s > ce:
+                    comp += ce - cs
+                    cs, ce = s, e
+                elif e > ce:
+                    ce = e
+            elif s > me:
+                comm += me - ms
+                ms, me = s, e
+            elif e > me:
+                me = e
         le = launch_end[i]
         if le != UNKNOWN:
-            delays.append(s - le if s > le else 0)
-    for run in (busy, comp, comm, both):
-        run.close()
-    pieces = busy.pieces or []
-    if cpu is None:
-        cpu = [(pieces[0][0], pieces[-1][1])] if pieces else []
-    idle = iv.subtract(iv.union(cpu), pieces)
-    out: dict[str, Any] = {"kernels": len(order), "busy_ns": busy.length}
+            keep(s - le if s > le else 0)
+    if be > bs:
+        add((bs, be))
+    else:
+        del firsts[-1:]
+    comp, comm, both = comp + ce - cs, comm + me - ms, both + xe - xs
+    busy = be - bs if be > bs else 0
+    for s, e in pieces[:-1]:
+        busy += e - s
+    if cpu is None and pieces:
+        cpu = [(pieces[0][0], pieces[-1][1])]
+    waits = _waits(pieces, firsts, cpu or [], threshold_ns)
+    out: dict[str, Any] = {"kernels": len(order), "busy_ns": busy}
     out["span_ns"] = pieces[-1][1] - pieces[0][0] if pieces else 0
-    out["compute_ns"] = comp.length
-    out["comm_ns"] = both.length - comp.length
-    out["memory_ns"] = busy.length - both.length
-    out["overlap_ns"] = comp.length + comm.length - both.length
-    waits = _idle_split(idle, order, store, at, threshold_ns)
+    out["compute_ns"] = comp
+    out["comm_ns"] = both - comp
+    out["memory_ns"] = busy - both
+    out["overlap_ns"] = comp + comm - both
     out["idle_ns"] = sum(waits)
-    out["wall_ns"] = busy.length + out["idle_ns"]
+    out["wall_ns"] = busy + out["idle_ns"]
     out["host_wait_ns"], out["kernel_wait_ns"], out["other_wait_ns"] = waits
     out |= _delays(delays)
     return {k: out[k] for k in FIGURES}, pieces
 
 
-def _idle_split(
-    idle: list[iv.Interval], order: Sequence[int], store: KernelStore, at: Attribution, threshold: int
+def _waits(
+    pieces: list[iv.Interval], firsts: list[int], cpu: list[iv.Interval], threshold: int
 ) -> tuple[int, int, int]:
-    starts = [store.k_ts[i] for i in order]
-    host = kernel = other = 0
-    for a, b in idle:
+    """(host, kernel, other) idle time: ``cpu`` less the busy ``pieces``, each idle piece judged by
+    the busy piece after it (``firsts``: the launch of the kernel that starts each busy piece)."""
+    waits = [0, 0, 0]
+    if len(cpu) == 1:  # a step window or a whole run: the gaps between pieces, and the two edges
+        lo, hi = cpu[0]
+        prev = lo
+        for (s, e), launched in zip(pieces, firsts):  # noqa: B905
+            if s > prev and s > lo and prev < hi:
+                a, b = max(prev, lo), min(s, hi)
+                waits[_judge(a, s, launched, threshold)] += b - a
+            prev = max(prev, e)
+        if prev < hi:
+            waits[0] += hi - max(prev, lo)
+        return waits[0], waits[1], waits[2]
+    starts = [s for s, _ in pieces]
+    for a, b in iv.subtract(iv.union(cpu), pieces):
         j = bisect.bisect_left(starts, b)
         if j == len(starts):
-            host += b - a
-            continue
-        nxt = order[j]
-        launched = at.launch_ts[nxt]
-        if launched != UNKNOWN and launched > a:
-            host += b - a
-        elif starts[j] - a < threshold:
-            kernel += b - a
+            waits[0] += b - a
         else:
-            other += b - a
-    return host, kernel, other
+            waits[_judge(a, starts[j], firsts[j], threshold)] += b - a
+    return waits[0], waits[1], waits[2]
+
+
+def _judge(a: int, next_start: int, launched: int, threshold: int) -> int:
+    """0 host wait, 1 kernel wait, 2 other — for idle from ``a`` until a kernel starts."""
+    if launched != UNKNOWN and launched > a:
+        return 0
+    return 1 if next_start - a < threshold else 2
 
 
 def _delays(delays: list[int]) -> dict[str, int | None]:

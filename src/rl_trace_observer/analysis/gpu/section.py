@@ -84,7 +84,7 @@ def analyze(
     at = attribute(store, windows, stage_spans, merged, own_windows or {})
     devices = {}
     for p in sorted(set(store.k_pid)):
-        pid = store.values[p]
+        pid = store.value(p)
         owner = at.owner[p]
         role, rank, host = who(owner)
         label = _device_label(process_names.get(pid), pid)
@@ -190,7 +190,7 @@ def kernel_columns(result: GpuResult, base_ns: int) -> dict[str, list[Any]]:
             base_ns + store.k_ts[i], store.k_dur[i], None if launch == UNKNOWN else base_ns + launch,
             category, None if name == NONE else name, RULES[at.rule[i]],
             store.k_corr[i] if store.k_corr[i] >= 0 else None,
-            store.values[store.k_pid[i]], store.values[store.k_tid[i]],
+            store.value(store.k_pid[i]), store.value(store.k_tid[i]),
         )  # fmt: skip
         for c, v in zip(KERNEL_COLUMNS, values, strict=True):
             cols[c].append(v)

@@ -27,79 +27,75 @@ class _Ids(msgspec.Struct):
 _IDS = msgspec.json.Decoder(_Ids)
 
 
-def _ids(raw: Any) -> _Ids | None:
-    if raw is None:
-        return None
-    try:
-        return _IDS.decode(raw)
-    except (msgspec.DecodeError, TypeError):
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 class KernelStore:
-    """Columns of GPU events (``k_*``) and of the CPU calls that launched them (``l_*``)."""
+    """Columns of GPU events (``k_*``) and of the CPU calls that launched them (``l_*``).
+
+    pids and tids are stored as they are when they are ints (every merged trace's are); any other
+    value gets a negative id, its value in :attr:`others` (use :meth:`value`)."""
 
     def __init__(self) -> None:
-        self.k_pid, self.k_tid = array("q"), array("q")  # interned ids (:attr:`values`)
+        self.k_pid, self.k_tid = array("q"), array("q")
         self.k_ts, self.k_dur = array("q"), array("q")
         self.k_name, self.k_corr, self.k_stream = array("q"), array("q"), array("q")
         self.l_pid, self.l_tid = array("q"), array("q")
         self.l_ts, self.l_dur, self.l_corr = array("q"), array("q"), array("q")
         self.names: list[str] = []
         self.kinds: list[str] = []
-        self.values: list[Any] = []  # interned pid / tid values
-        self._name_ids: dict[tuple[str, str], int] = {}
-        self._value_ids: dict[Any, int] = {}
+        self.others: list[Any] = []
+        self._name_ids: dict[str, int] = {}
+        self._other_ids: dict[tuple[str, Any], int] = {}
         self.untracked = 0  # GPU-category events without an integer stream (Proton lanes, …)
 
     def __len__(self) -> int:
         return len(self.k_ts)
 
-    def _value(self, value: Any) -> int:
+    def _other(self, value: Any) -> int:
         key = (type(value).__name__, value)
-        got = self._value_ids.get(key)
+        got = self._other_ids.get(key)
         if got is None:
-            got = self._value_ids[key] = len(self.values)
-            self.values.append(value)
+            got = self._other_ids[key] = -1 - len(self.others)
+            self.others.append(value)
         return got
 
-    def _name(self, name: str, category: str) -> int:
-        key = (name, category)
-        got = self._name_ids.get(key)
-        if got is None:
-            got = self._name_ids[key] = len(self.names)
-            self.names.append(name)
-            self.kinds.append(kind_of(name, category))
-        return got
+    def value(self, stored: int) -> Any:
+        """The pid or tid a stored id stands for."""
+        return stored if stored >= 0 else self.others[-1 - stored]
 
     def add_kernel(
         self, pid: Any, tid: Any, ts_ns: int, dur_ns: int, name: str, category: str, raw_args: Any
     ) -> None:
-        ids = _ids(raw_args)
-        stream = _int(ids.stream) if ids is not None else None
-        if stream is None or stream < 0:
+        try:
+            ids = _IDS.decode(raw_args)
+        except (msgspec.DecodeError, TypeError):
             self.untracked += 1
             return
-        corr = _int(ids.correlation) if ids is not None else None
-        self.k_pid.append(self._value(pid))
-        self.k_tid.append(self._value(tid))
+        stream = ids.stream
+        if type(stream) is not int or stream < 0:
+            self.untracked += 1
+            return
+        corr = ids.correlation
+        nid = self._name_ids.get(name)
+        if nid is None:
+            nid = self._name_ids[name] = len(self.names)
+            self.names.append(name)
+            self.kinds.append(kind_of(name, category))
+        self.k_pid.append(pid if type(pid) is int else self._other(pid))
+        self.k_tid.append(tid if type(tid) is int else self._other(tid))
         self.k_ts.append(ts_ns)
-        self.k_dur.append(max(dur_ns, 0))
-        self.k_name.append(self._name(name, category))
-        self.k_corr.append(-1 if corr is None else corr)
+        self.k_dur.append(dur_ns if dur_ns > 0 else 0)
+        self.k_name.append(nid)
+        self.k_corr.append(corr if type(corr) is int else -1)
         self.k_stream.append(stream)
 
     def add_launch(self, pid: Any, tid: Any, ts_ns: int, dur_ns: int, raw_args: Any) -> None:
-        ids = _ids(raw_args)
-        corr = _int(ids.correlation) if ids is not None else None
-        if corr is None or corr < 0:
+        try:
+            corr = _IDS.decode(raw_args).correlation
+        except (msgspec.DecodeError, TypeError):
             return
-        self.l_pid.append(self._value(pid))
-        self.l_tid.append(self._value(tid))
+        if type(corr) is not int or corr < 0:
+            return
+        self.l_pid.append(pid if type(pid) is int else self._other(pid))
+        self.l_tid.append(tid if type(tid) is int else self._other(tid))
         self.l_ts.append(ts_ns)
-        self.l_dur.append(max(dur_ns, 0))
+        self.l_dur.append(dur_ns if dur_ns > 0 else 0)
         self.l_corr.append(corr)
