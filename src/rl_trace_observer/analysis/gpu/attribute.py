@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -118,29 +118,49 @@ class _Windows:
         return -1
 
 
-def _launch_index(store: KernelStore, owners: dict[int, Any]) -> dict[tuple[Any, int], Any]:
-    """(owner, correlation) → launch index, or a sorted list of indices when an id repeats."""
-    index: dict[tuple[Any, int], Any] = {}
-    setdefault = index.setdefault
-    for i, key in enumerate(zip(map(owners.__getitem__, store.l_pid), store.l_corr)):  # noqa: B905
-        got = setdefault(key, i)
-        if got != i:
-            if isinstance(got, list):
-                got.append(i)
-            else:
-                index[key] = [got, i]
-    for key, got in index.items():
-        if isinstance(got, list):
-            got.sort(key=store.l_ts.__getitem__)
-            index[key] = ([store.l_ts[i] for i in got], got)
-    return index
+_CODES = 1 << 16  # owner codes per trace (processes); a key is correlation * _CODES + owner code
 
 
-def _pick(got: tuple[list[int], list[int]], ts: int) -> int:
-    """Of the launches sharing an id: the latest at or before the kernel (else the first)."""
-    times, which = got
-    k = bisect.bisect_right(times, ts) - 1
-    return which[k if k > 0 else 0]
+class _Launches:
+    """(correlation, owner) key → launch index. One dict when ids are unique; when a process
+    restarted its ids (two profiler sessions), also the first of two, or all of three or more."""
+
+    def __init__(self, store: KernelStore, code_of: dict[int, int]) -> None:
+        keys = [c * _CODES + code_of[p] for p, c in zip(store.l_pid, store.l_corr)]  # noqa: B905
+        n = len(keys)
+        self.last: dict[int, int] = dict(zip(keys, range(n)))  # noqa: B905
+        self.first: dict[int, int] | None = None
+        self.many: dict[int, tuple[list[int], list[int]]] = {}
+        if len(self.last) < n:
+            self.first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # noqa: B905
+            l_ts = store.l_ts
+            for k, count in Counter(keys).items():
+                if count > 2:
+                    which = sorted((i for i in range(n) if keys[i] == k), key=l_ts.__getitem__)
+                    self.many[k] = ([l_ts[i] for i in which], which)
+
+
+def _of_two(a: int, b: int, l_ts: Any, ts: int) -> int:
+    """The later of two launches that is at or before ``ts``; else the earlier one."""
+    if l_ts[a] > l_ts[b]:
+        a, b = b, a
+    return b if l_ts[b] <= ts else a
+
+
+def _stage_table(
+    stage_spans: Sequence[StageSpan], merged: bool
+) -> tuple[list[tuple[str, str]], dict[Any, _Segments]]:
+    stages: list[tuple[str, str]] = [(NONE, NONE)]
+    stage_ids: dict[tuple[str, str], int] = {}
+    per_pid: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
+    for s in stage_spans:
+        sid = stage_ids.get((s.category, s.name))
+        if sid is None:
+            sid = stage_ids[(s.category, s.name)] = len(stages)
+            stages.append((s.category, s.name))
+        if s.end_ns > s.start_ns:
+            per_pid[owner_of(s.pid, merged)].append((s.start_ns, s.end_ns, sid))
+    return stages, {pid: _Segments(spans) for pid, spans in per_pid.items()}
 
 
 def attribute(
@@ -153,29 +173,27 @@ def attribute(
     """``own_windows``: per process that marks its own steps, (start, end, window index) — its
     kernels take their step from there rather than from the run's joined windows."""
     owners = {p: owner_of(store.value(p), merged) for p in {*store.k_pid, *store.l_pid}}
-    stages: list[tuple[str, str]] = [(NONE, NONE)]
-    stage_ids: dict[tuple[str, str], int] = {}
-    per_pid: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
-    for s in stage_spans:
-        sid = stage_ids.get((s.category, s.name))
-        if sid is None:
-            sid = stage_ids[(s.category, s.name)] = len(stages)
-            stages.append((s.category, s.name))
-        if s.end_ns > s.start_ns:
-            per_pid[owner_of(s.pid, merged)].append((s.start_ns, s.end_ns, sid))
-    segments = {pid: _Segments(spans) for pid, spans in per_pid.items()}
-    glob = [(w[1], w[2], i) for i, w in enumerate(windows)]
+    codes: dict[Any, int] = {}
+    code_of = {p: codes.setdefault(o, len(codes)) for p, o in owners.items()}
+    stages, segments = _stage_table(stage_spans, merged)
     local: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
     for pid, spans in (own_windows or {}).items():
         local[owner_of(pid, merged)] += spans
-    finders = {pid: _Windows(sorted(v)) for pid, v in local.items()}
-    everyone = _Windows(glob)
-    index = _launch_index(store, owners)
+    everyone = _Windows([(w[1], w[2], i) for i, w in enumerate(windows)])
+    by_code_windows = [everyone] * len(codes)
+    by_code_segments: list[_Segments | None] = [None] * len(codes)
+    for owner, c in codes.items():
+        if owner in local:
+            by_code_windows[c] = _Windows(sorted(local[owner]))
+        by_code_segments[c] = segments.get(owner)
+    launches = _Launches(store, code_of)
     n = len(store)
     out = Attribution(
         array("q", [UNKNOWN]) * n, array("q", [UNKNOWN]) * n, bytearray(n),
         array("q", [-1]) * n, array("q", [0]) * n, stages, owners,
     )  # fmt: skip
+    wins = [(w.starts, w.spans, w.reach) for w in by_code_windows]
+    segs = [(g.starts, g.ends, g.ids) if g is not None else None for g in by_code_segments]
     l_ts, l_dur, l_pid = store.l_ts, store.l_dur, store.l_pid
     launch_ts, launch_end, rule, window, stage = (
         out.launch_ts,
@@ -184,19 +202,31 @@ def attribute(
         out.window,
         out.stage,
     )
-    get = index.get
+    get, first, many, right = launches.last.get, launches.first, launches.many, bisect.bisect_right
     for i, (p, ts, corr) in enumerate(zip(store.k_pid, store.k_ts, store.k_corr)):  # noqa: B905
-        owner = owners[p]
-        got = get((owner, corr)) if corr >= 0 else None
-        if got is not None:
-            li = got if type(got) is int else _pick(got, ts)
-            t, who = l_ts[li], owners[l_pid[li]]
-            launch_ts[i], launch_end[i] = t, t + l_dur[li]
+        code = code_of[p]
+        key = corr * _CODES + code
+        li = get(key) if corr >= 0 else None
+        if li is not None:
+            if first is not None and first[key] != li:  # a repeated id: the latest launch ≤ the kernel
+                li = _pick(many[key], ts) if key in many else _of_two(first[key], li, l_ts, ts)
+            t = l_ts[li]
+            code = code_of[l_pid[li]]
+            launch_ts[i] = t
+            launch_end[i] = t + l_dur[li]
         else:
-            t, who = ts, owner
+            t = ts
             rule[i] = 1
-        window[i] = finders.get(who, everyone).at(t)
-        seg = segments.get(who)
+        starts, spans, reach = wins[code]
+        k = right(starts, t) - 1
+        while k >= 0 and reach[k] > t:
+            if t < spans[k][1]:
+                window[i] = spans[k][2]
+                break
+            k -= 1
+        seg = segs[code]
         if seg is not None:
-            stage[i] = seg.at(t)
+            k = right(seg[0], t) - 1
+            if k >= 0 and t < seg[1][k]:
+                stage[i] = seg[2][k]
     return out

@@ -26,7 +26,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..report import intervals as iv
 from ..report.rollout import percentile
@@ -44,20 +44,39 @@ FIGURES = (
 )  # fmt: skip
 
 
-def figures(
-    order: Sequence[int],
-    store: KernelStore,
-    at: Attribution,
-    cpu: list[iv.Interval] | None,
-    threshold_ns: int = KERNEL_WAIT_BELOW_NS,
-) -> tuple[dict[str, Any], list[iv.Interval]]:
-    """``order``: kernel indices sorted by (start, launch). ``cpu``: the CPU window (sorted,
-    disjoint), or None for a whole run. Returns the figures and the busy intervals.
+class Columns(NamedTuple):
+    """A set of kernels, sorted by (start, launch), as plain lists: each value is read from the
+    store once per device, then every figure walks lists (no indexing, no boxing per visit)."""
 
-    One pass keeps four running unions (all, compute, comm, compute ∪ comm) inline: this loop runs
-    three times per kernel of a run (run, step, stage), so it avoids calls."""
-    ts, dur, names, launch_end = store.k_ts, store.k_dur, store.k_name, at.launch_end
+    starts: list[int]
+    ends: list[int]
+    codes: list[int]  # 0 compute, 1 comm, 2 memory
+    launches: list[int]  # launch call start (UNKNOWN: none found)
+    launch_ends: list[int]
+
+    def subset(self, positions: list[int]) -> Columns:
+        return Columns(*([col[j] for j in positions] for col in self))
+
+
+def columns(order: Sequence[int], store: KernelStore, at: Attribution) -> Columns:
     code = [0 if k == COMPUTE else 1 if k == COMM else 2 for k in store.kinds]
+    ts, dur, names = store.k_ts, store.k_dur, store.k_name
+    starts = [ts[i] for i in order]
+    return Columns(
+        starts,
+        [s + dur[i] for s, i in zip(starts, order)],  # noqa: B905
+        [code[names[i]] for i in order],
+        [at.launch_ts[i] for i in order],
+        [at.launch_end[i] for i in order],
+    )
+
+
+def figures(
+    cols: Columns, cpu: list[iv.Interval] | None, threshold_ns: int = KERNEL_WAIT_BELOW_NS
+) -> tuple[dict[str, Any], list[iv.Interval]]:
+    """``cpu``: the CPU window (sorted, disjoint), or None for a whole run. Returns the figures
+    and the busy intervals. One pass keeps four running unions (all, compute, comm, compute ∪
+    comm) inline: it runs three times per kernel (run, step, stage)."""
     pieces: list[iv.Interval] = []
     add = pieces.append
     firsts: list[int] = []  # per busy piece, the launch of its first kernel (earliest launched)
@@ -66,19 +85,16 @@ def figures(
     keep = delays.append
     bs = be = cs = ce = ms = me = xs = xe = UNKNOWN
     comp = comm = both = 0
-    for i in order:
-        s = ts[i]
-        e = s + dur[i]
+    for s, e, k, launched, le in zip(*cols):  # noqa: B905
         if s > be:
             if be > bs:
                 add((bs, be))
             else:
                 del firsts[-1:]
             bs, be = s, e
-            first(at.launch_ts[i])
+            first(launched)
         elif e > be:
             be = e
-        k = code[names[i]]
         if k < 2:
             if s > xe:
                 both += xe - xs
@@ -96,7 +112,6 @@ def figures(
                 ms, me = s, e
             elif e > me:
                 me = e
-        le = launch_end[i]
         if le != UNKNOWN:
             keep(s - le if s > le else 0)
     if be > bs:
@@ -104,13 +119,13 @@ def figures(
     else:
         del firsts[-1:]
     comp, comm, both = comp + ce - cs, comm + me - ms, both + xe - xs
-    busy = be - bs if be > bs else 0
-    for s, e in pieces[:-1]:
+    busy = 0
+    for s, e in pieces:
         busy += e - s
     if cpu is None and pieces:
         cpu = [(pieces[0][0], pieces[-1][1])]
     waits = _waits(pieces, firsts, cpu or [], threshold_ns)
-    out: dict[str, Any] = {"kernels": len(order), "busy_ns": busy}
+    out: dict[str, Any] = {"kernels": len(cols.starts), "busy_ns": busy}
     out["span_ns"] = pieces[-1][1] - pieces[0][0] if pieces else 0
     out["compute_ns"] = comp
     out["comm_ns"] = both - comp

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..report import intervals as iv
 from .attribute import NONE, RULES, UNKNOWN, Attribution, StageSpan, attribute, owner_of
-from .breakdown import KERNEL_WAIT_BELOW_NS, figures, stream_idle, top_kernels
+from .breakdown import KERNEL_WAIT_BELOW_NS, Columns, columns, figures, stream_idle, top_kernels
 from .store import KernelStore
 
 __all__ = ["ALL", "STAGE_ORDER", "GpuResult", "analyze", "kernel_columns", "section"]
@@ -102,13 +102,14 @@ def analyze(
         order = per_device[p]
         every += order
         ident = {k: devices[p][k] for k in ("role", "rank", "host", "device")}
-        run, _ = figures(order, store, at, None, threshold_ns)
+        cols = columns(order, store, at)
+        run, _ = figures(cols, None, threshold_ns)
         result.rows.append({"scope": "run", "step": None, **ident, "stage": ALL, **run})
         result.details.append(
             {**ident, "streams": stream_idle(order, store, at, threshold_ns),
              "top_kernels": top_kernels(order, store, TOP_PER_DEVICE)}
         )  # fmt: skip
-        _step_rows(result, p, order, ident, cpu_sets, threshold_ns)
+        _step_rows(result, p, order, cols, ident, cpu_sets, threshold_ns)
     result.top = top_kernels(every, store, TOP_RUN)
     result.rows.sort(key=lambda r: (r["scope"] != "run", r["step"] is None, r["step"] or 0))
     return result
@@ -118,32 +119,36 @@ def _step_rows(
     result: GpuResult,
     p: int,
     order: list[int],
+    cols: Columns,
     ident: dict[str, Any],
     cpu_sets: dict[tuple[Any, str], list[iv.Interval]],
     threshold_ns: int,
 ) -> None:
-    at, store = result.at, result.store
-    by_window: dict[int, list[int]] = defaultdict(list)
-    for i in order:
-        by_window[at.window[i]].append(i)
+    at = result.at
+    by_window: dict[int, list[int]] = defaultdict(list)  # positions in ``order``
+    window, stage, stages = at.window, at.stage, at.stages
+    for pos, i in enumerate(order):
+        by_window[window[i]].append(pos)
     owner = result.devices[p]["owner"]
     for w in sorted(by_window, key=lambda w: (w < 0, w)):
-        ks = by_window[w]
+        positions = by_window[w]
         step, lo, hi = result.windows[w] if w >= 0 else (None, 0, 0)
-        step_fig, busy = figures(ks, store, at, [(lo, hi)] if w >= 0 else None, threshold_ns)
+        sub = cols.subset(positions) if len(positions) < len(order) else cols
+        step_fig, busy = figures(sub, [(lo, hi)] if w >= 0 else None, threshold_ns)
         result.busy[(p, w)] = busy
         result.rows.append({"scope": "step", "step": step, **ident, "stage": ALL, **step_fig})
         by_stage: dict[str, list[int]] = defaultdict(list)
-        for i in ks:
-            by_stage[at.stages[at.stage[i]][0]].append(i)
-        for stage in sorted(by_stage, key=_stage_key):
+        for k, pos in enumerate(positions):
+            by_stage[stages[stage[order[pos]]][0]].append(k)
+        for name in sorted(by_stage, key=_stage_key):
             cpu = None
             if w >= 0:
-                mine = cpu_sets.get((owner, "*" if stage == NONE else stage), [])
+                mine = cpu_sets.get((owner, "*" if name == NONE else name), [])
                 clipped = iv.clip(mine, lo, hi)
-                cpu = iv.subtract([(lo, hi)], clipped) if stage == NONE else clipped
-            fig, _ = figures(by_stage[stage], store, at, cpu, threshold_ns)
-            result.rows.append({"scope": "stage", "step": step, **ident, "stage": stage, **fig})
+                cpu = iv.subtract([(lo, hi)], clipped) if name == NONE else clipped
+            part = sub.subset(by_stage[name]) if len(by_stage) > 1 else sub
+            fig, _ = figures(part, cpu, threshold_ns)
+            result.rows.append({"scope": "stage", "step": step, **ident, "stage": name, **fig})
 
 
 def _stage_key(stage: str) -> tuple[int, str]:
