@@ -140,6 +140,13 @@ class _Launches:
                     self.many[k] = ([l_ts[i] for i in which], which)
 
 
+def _pick(got: tuple[list[int], list[int]], ts: int) -> int:
+    """Of the launches sharing an id: the latest at or before the kernel (else the first)."""
+    times, which = got
+    k = bisect.bisect_right(times, ts) - 1
+    return which[k if k > 0 else 0]
+
+
 def _of_two(a: int, b: int, l_ts: Any, ts: int) -> int:
     """The later of two launches that is at or before ``ts``; else the earlier one."""
     if l_ts[a] > l_ts[b]:
