@@ -260,7 +260,7 @@ def test_busy_never_exceeds_wall_and_splits_sum(
     result = analyze(store, [(1, lo, lo + span)], spans, who=lambda p: ("trainer", 0, "h"), process_names={},
                      merged=True)  # fmt: skip
     for r in result.rows:
-        assert r["busy_ns"] <= r["wall_ns"] and r["busy_ns"] <= r["span_ns"] or r["kernels"] == 0
+        assert (r["busy_ns"] <= r["wall_ns"] and r["busy_ns"] <= r["span_ns"]) or r["kernels"] == 0
         assert r["compute_ns"] + r["comm_ns"] + r["memory_ns"] == r["busy_ns"]
         assert r["host_wait_ns"] + r["kernel_wait_ns"] + r["other_wait_ns"] == r["idle_ns"]
         assert r["busy_ns"] + r["idle_ns"] == r["wall_ns"]

@@ -119,14 +119,16 @@ def _gpu(slices: Any, base: int, data: TraceData) -> None:
     launches = slices.filter(
         pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
     )
-    gpu = data.gpu
     cols = ("trace_pid", "trace_tid", "ts_ns", "dur_ns", "name", "category", "args")
     pid, tid, ts, dur, name, cat, args = (kernels.column(c).to_pylist() for c in cols)
-    for i in range(kernels.num_rows):
-        gpu.add_kernel(pid[i], tid[i], ts[i] - base, dur[i] or 0, name[i] or "", cat[i], args[i])
+    data.gpu.extend_kernels(
+        pid, tid, [t - base for t in ts], [d or 0 for d in dur], [n or "" for n in name], cat,
+        [a.encode() if a else b"{}" for a in args],
+    )  # fmt: skip
     pid, tid, ts, dur, args = (launches.column(c).to_pylist() for c in (*cols[:4], "args"))
-    for i in range(launches.num_rows):
-        gpu.add_launch(pid[i], tid[i], ts[i] - base, dur[i] or 0, args[i])
+    data.gpu.extend_launches(
+        pid, tid, [t - base for t in ts], [d or 0 for d in dur], [a.encode() if a else b"{}" for a in args]
+    )
 
 
 def _strings(values: list[str]) -> Any:
