@@ -150,6 +150,36 @@ def _launch_table(gpu: dict[str, Any]) -> PlainTable | None:
     )
 
 
+WHILE_LABELS = {"waiting_for_rollout": "CPU waited for rollout", "waiting_for_trainer": "CPU waited for trainer",
+                "waiting_for_peers": "CPU waited for peers", "weight_sync": "weight sync", "driver": "driver/boundary",
+                "unexplained": "CPU idle, unexplained", "unaccounted": "no lane of the process"}  # fmt: skip
+
+
+def _while_table(gpu: dict[str, Any]) -> PlainTable | None:
+    per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in gpu.get("idle_while") or []:
+        per[r["role"]]["*"] += r["gpu_idle_ns"]
+        for label, ns in r["while_ns"].items():
+            per[r["role"]][label] += ns
+    rows = []
+    for role, split in sorted(per.items()):
+        total = split.pop("*")
+        top = sorted(split.items(), key=lambda kv: -kv[1])[:3]
+        rows.append([role, fmt_ns(total)] + [
+            f"{WHILE_LABELS.get(k, 'CPU in ' + LABELS.get(k, k))} {fmt_pct(v, total)}" for k, v in top
+        ] + [""] * (3 - len(top)))  # fmt: skip
+    if not rows:
+        return None
+    return PlainTable(
+        "GPU idle, by what its process's CPU lane did meanwhile (all steps and GPUs of the role)",
+        ["role", "GPU idle", "most", "then", "then"],
+        rows,
+        (0, 2, 3, 4),
+        "CPU in <stage>: the host ran that stage but launched nothing (host-bound); CPU waited for …: "
+        "the idle causes of the answers",
+    )
+
+
 def _top_table(gpu: dict[str, Any]) -> PlainTable | None:
     top = gpu.get("top_kernels") or []
     if not top:
@@ -175,7 +205,8 @@ def tables(summary: dict[str, Any]) -> list[PlainTable]:
     )
     steps = _steps_table(gpu)
     steps.note = note + ". " + steps.note
-    return [t for t in (steps, _stages_table(gpu), _launch_table(gpu), _top_table(gpu)) if t is not None]
+    out = (steps, _stages_table(gpu), _while_table(gpu), _launch_table(gpu), _top_table(gpu))
+    return [t for t in out if t is not None]
 
 
 def chart(summary: dict[str, Any]) -> str:

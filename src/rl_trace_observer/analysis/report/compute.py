@@ -32,6 +32,7 @@ from typing import Any
 from ..answers import StepWindow, WorkSpan, answer_sections
 from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
+from ..gpu.answers import gpu_answers
 from ..gpu.attribute import StageSpan
 from . import intervals as iv
 from .load import Span, TraceData
@@ -517,6 +518,9 @@ def build_summary(
     answers = answer_sections(rows, answer_windows)
     metric_rows = metrics(data, windows)
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
+    gpu = gpu_section.section(m.gpu, data.gpu.untracked)
+    if gpu is not None:
+        gpu["idle_while"] = gpu_answers(rows, m.gpu.windows, m.gpu, answers["critical_path"])
     return {
         "schema": SCHEMA,
         "source": {
@@ -548,7 +552,7 @@ def build_summary(
             [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
         ),
         **answers,
-        "gpu": gpu_section.section(m.gpu, data.gpu.untracked),
+        "gpu": gpu,
     }
 
 
