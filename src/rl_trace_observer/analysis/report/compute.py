@@ -1,7 +1,7 @@
 """Where each step's time went: the report's numbers, computed once into a versioned JSON summary.
 
 Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
-``rl-trace-report/3``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
+``rl-trace-report/4``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
 all present, so the three never disagree. All durations are exact integer nanoseconds on the
 merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
 
@@ -58,10 +58,12 @@ LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
 STEP_KEYS = ("step", "global_step", "global_steps")
-SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
-:mod:`rl_trace_observer.analysis.answers` and docs/FORMATS.md §10; /2 added ``rollout``):
-{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
-  unmatched_ends, dropped_events, manifest, merged_by_report},
+SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.analysis.gpu`, docs/FORMATS.md
+§10; /3 was /2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
+:mod:`rl_trace_observer.analysis.answers`; /2 added ``rollout``):
+{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | names |
+  none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
+  dropped_events, manifest, merged_by_report},
  stage_table[{category, pattern}], categories[],
  steps[{step, start_ns, end_ns, dur_ns, profiled, mode,
         ranks[{role, lane, time_ns{<category>|idle: int}, busy_ns}],
@@ -96,7 +98,13 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
                 segments_total, by_stage_ns{<stage>|gap: int}, what_if[{stage, on_path_ns, share_pct,
                 saving_ns{"10"|"25"|"50": int}}]}],
  metric_check{threshold_pct, disagreements, rows[{metric, step, unit (ns | ratio), verl, ours, diff_pct,
-              disagree}]} | null}.
+              disagree}]} | null,
+ gpu{kernels, untracked_events, rules{launch, window}, no_stage, no_step, kinds{}, kernel_wait_below_ns,
+     rows[{scope, step, role, rank, host, device, stage, kernels, span_ns, wall_ns, busy_ns, compute_ns,
+           comm_ns, memory_ns, overlap_ns, idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns,
+           launch_delay_p50_ns, launch_delay_p95_ns, launch_delay_max_ns}],
+     devices[{role, rank, host, device, streams[], top_kernels[]}], top_kernels[],
+     idle_while[{step, role, rank, device, gpu_idle_ns, while_ns{}}]} | null}.
 Additive changes keep the version; renames or removals bump it."""
 
 
