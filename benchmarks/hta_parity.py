@@ -55,7 +55,8 @@ for rank, path in files.items():
     for _, r in idle.iterrows():
         streams.setdefault(str(int(r["stream"])), {})[r["idle_category"]] = float(r["idle_time"])
     out[rank] = {"idle_us": float(tb["idle_time(us)"]), "compute_us": float(tb["compute_time(us)"]),
-                 "non_compute_us": float(tb["non_compute_time(us)"]), "kernel_us": float(tb["kernel_time(us)"]),
+                 "non_compute_us": float(tb["non_compute_time(us)"]),
+                 "kernel_us": float(tb["kernel_time(us)"]),
                  "comm_us": comm, "overlap_pct": ov, "streams": streams}
 print(json.dumps(out))
 """
@@ -89,8 +90,10 @@ def rank_files(folder: Path) -> dict[str, str]:
     return out
 
 
-def run_hta(py: Path, files: dict[str, str], include_last: bool) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+def run_hta(py: Path, files: dict[str, str], include_last: bool, exact_us: bool = False) -> dict[str, Any]:
+    """HTA's figures per rank. ``exact_us``: HTA_DISABLE_NS_ROUNDING=1 — HTA otherwise rounds every
+    fractional-µs event inward to whole µs (torch >= 2.4 writes 3 decimals), our ns are exact."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", HTA_DISABLE_NS_ROUNDING="1" if exact_us else "0")
     out = subprocess.run([str(py), "-c", HTA_CHILD, json.dumps(files), "1" if include_last else "0"],
                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -119,9 +122,18 @@ def _ours_of(rows: list[dict[str, Any]], streams: list[dict[str, Any]] | None) -
     if span is not None:
         out["kernel_us"], out["idle_us"] = span / 1e3, (span - busy) / 1e3
     if streams is not None:
-        out["streams"] = {str(s["stream"]): {"host_wait": s["host_wait_ns"] / 1e3, "kernel_wait": s["kernel_wait_ns"] / 1e3,
-                                             "other": s["other_wait_ns"] / 1e3} for s in streams}  # fmt: skip
+        out["streams"] = {
+            str(s["stream"]): {k: s[f"{k}_ns" if k != "other" else "other_wait_ns"] / 1e3
+                               for k in ("host_wait", "kernel_wait", "other")}
+            for s in streams
+        }  # fmt: skip
     return out
+
+
+def _kept(row: dict[str, Any], keep_steps: list[int] | None) -> bool:
+    if keep_steps is None:
+        return bool(row["scope"] == "run")
+    return row["scope"] == "step" and row["step"] in keep_steps
 
 
 def compare(hta: dict[str, Any], mine: dict[str, Any]) -> list[tuple[str, float, float, float]]:
@@ -144,11 +156,17 @@ def main() -> None:
     ap.add_argument("set", type=Path)
     ap.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "rl-trace-observer" / "hta-0.5.0")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--exact-us", action="store_true", help="HTA without its whole-µs rounding")
     args = ap.parse_args()
-    py = hta_python(args.venv)
-    files = rank_files(args.set)
+    sys.exit(check(args.set, args.venv, args.json, args.exact_us))
+
+
+def check(folder: Path, venv: Path, json_out: Path | None = None, exact_us: bool = False) -> int:
+    """Print the table; 0 when every held figure is within the tolerance, else 1."""
+    py = hta_python(venv)
+    files = rank_files(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        summary = ours(args.set, Path(tmp))
+        summary = ours(folder, Path(tmp))
     gpu = summary["gpu"]
     steps = sorted({r["step"] for r in gpu["rows"] if r["scope"] == "step" and r["step"] is not None})
     cases = [("HTA default", False, None)]
@@ -159,12 +177,15 @@ def main() -> None:
         ]
     worst, result = 0.0, []
     for label, include_last, keep_steps in cases:
-        hta = run_hta(py, files, include_last)
+        hta = run_hta(py, files, include_last, exact_us)
         print(f"\n{label} vs ours ({'run rows' if keep_steps is None else f'step rows {keep_steps}'})")
         print(f"{'rank':>4} {'figure':28} {'HTA (µs)':>14} {'ours (µs)':>14} {'diff':>9}")
         for rank in sorted(files, key=int):
-            mine_rows = [r for r in gpu["rows"] if r["rank"] == int(rank) and r["stage"] == "all"
-                         and (r["scope"] == "run" if keep_steps is None else r["scope"] == "step" and r["step"] in keep_steps)]  # fmt: skip
+            mine_rows = [
+                r
+                for r in gpu["rows"]
+                if r["rank"] == int(rank) and r["stage"] == "all" and _kept(r, keep_steps)
+            ]
             streams = (
                 next(d["streams"] for d in gpu["devices"] if d["rank"] == int(rank))
                 if keep_steps is None
@@ -181,9 +202,9 @@ def main() -> None:
         f"\nworst relative difference of busy, idle, compute, non-compute, comm, kernel time, overlap: "
         f"{100 * worst:.4f} % (tolerance {100 * TOLERANCE:.1f} %; per-stream rows shown only)"
     )
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    sys.exit(0 if worst <= TOLERANCE else 1)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=1))
+    return 0 if worst <= TOLERANCE else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ gap, a kernel-wait gap, a queued ("other") gap, a kernel whose launch is missing
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ def _x(name: str, cat: str, pid: int, tid: int, ts: float, dur: float, **args: A
 
 def _names(pid: int, label: str, threads: dict[int, str]) -> list[dict[str, Any]]:
     out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}]
-    out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}} for t, n in threads.items()]
+    out += [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}}
+        for t, n in threads.items()
+    ]
     return out
 
 
@@ -149,7 +153,18 @@ def test_sql_tables_equal_the_report(hand: tuple[Path, dict[str, Any]]) -> None:
         (2, 1, 0, "update", "actor_update", "compute", "launch", 410, 405, 7),
         (3, 1, 0, "update", "actor_update", "comm", "launch", 450, 440, 13),
     ]
-    assert kernels[5][5] == "memory" and kernels[6] == (7, 1, 0, "none", None, "compute", "window", 950, None, 7)
+    assert kernels[5][5] == "memory" and kernels[6] == (
+        7,
+        1,
+        0,
+        "none",
+        None,
+        "compute",
+        "window",
+        950,
+        None,
+        7,
+    )
     assert steps == [(1, 1000 * US)]
     assert stages == [("rank_0", "log_prob", 1), ("rank_0", "update", 1), ("rank_1", "update", 1)]
 
@@ -210,7 +225,9 @@ def test_sql_steps_and_stage_spans_are_the_reports_on_hta_2rank(tmp_path: Path) 
     from_json, from_shards = summarize(merged), summarize(shards)
     assert from_json["gpu"] == from_shards["gpu"]
     with open_run(shards) as db:
-        steps = db.execute("SELECT step, start_ns - (SELECT base_ns FROM trace), dur_ns FROM steps").fetchall()
+        steps = db.execute(
+            "SELECT step, start_ns - (SELECT base_ns FROM trace), dur_ns FROM steps"
+        ).fetchall()
         spans = db.execute("SELECT count(*) FROM stage_spans").fetchone()[0]
         kernels = db.execute("SELECT count(*) FROM kernels").fetchone()[0]
         busy = db.execute("SELECT rank, busy_ns FROM gpu_time WHERE scope = 'run' ORDER BY rank").fetchall()
@@ -249,14 +266,22 @@ def _covered(ints: list[tuple[int, int]]) -> set[int]:
 @settings(max_examples=150, deadline=None)
 @given(_kernels, _stages, st.integers(0, 100), st.integers(1, 500))
 def test_busy_never_exceeds_wall_and_splits_sum(
-    kernels: list[tuple[int, int, str, int | None, int]], stages: list[tuple[int, int, str]], lo: int, span: int
+    kernels: list[tuple[int, int, str, int | None, int]],
+    stages: list[tuple[int, int, str]],
+    lo: int,
+    span: int,
 ) -> None:
     store = KernelStore()
     for corr, (start, dur, name, lead, stream) in enumerate(kernels, 1):
-        store.add_kernel(257, stream, start, dur, name, "kernel", json.dumps({"stream": stream, "correlation": corr}))
+        store.add_kernel(
+            257, stream, start, dur, name, "kernel", json.dumps({"stream": stream, "correlation": corr})
+        )
         if lead is not None:
             store.add_launch(256, 2, max(start - lead, 0), 2, json.dumps({"correlation": corr}))
-    spans = [attr.StageSpan(256, s, s + d, "update" if n == "actor_update" else "log_prob", n) for s, d, n in stages]
+    spans = [
+        attr.StageSpan(256, s, s + d, "update" if n == "actor_update" else "log_prob", n)
+        for s, d, n in stages
+    ]
     result = analyze(store, [(1, lo, lo + span)], spans, who=lambda p: ("trainer", 0, "h"), process_names={},
                      merged=True)  # fmt: skip
     for r in result.rows:
@@ -270,7 +295,11 @@ def test_busy_never_exceeds_wall_and_splits_sum(
     assert run["busy_ns"] == len(_covered(every)) and run["kernels"] == len(kernels)
     comp = _covered([(s, s + d) for s, d, n, *_ in kernels if n == GEMM])
     comm = _covered([(s, s + d) for s, d, n, *_ in kernels if n == NCCL])
-    assert (run["compute_ns"], run["overlap_ns"], run["comm_ns"]) == (len(comp), len(comp & comm), len(comm - comp))
+    assert (run["compute_ns"], run["overlap_ns"], run["comm_ns"]) == (
+        len(comp),
+        len(comp & comm),
+        len(comm - comp),
+    )
     real = [(s, e) for s, e in every if e > s]  # a zero-length kernel occupies no time
     assert run["span_ns"] == (max(e for _, e in real) - min(s for s, _ in real) if real else 0)
     steps = [r for r in result.rows if r["scope"] == "step"]
@@ -295,7 +324,7 @@ def test_per_stream_idle_is_htas_rule(kernels: list[tuple[int, int, int | None]]
     order = sorted(range(len(store)), key=lambda i: (store.k_ts[i], at.launch_ts[i]))
     (row,) = breakdown.stream_idle(order, store, at, threshold_ns=10)
     want = [0, 0, 0]
-    for prev, i in zip(order, order[1:], strict=False):
+    for prev, i in pairwise(order):
         end = store.k_ts[prev] + store.k_dur[prev]
         gap, launched = store.k_ts[i] - end, at.launch_ts[i]
         want[0 if launched != attr.UNKNOWN and launched > end else 1 if gap < 10 else 2] += gap

@@ -77,8 +77,8 @@ def _register(con: Any, name: str, columns: dict[str, list[Any]], types: dict[st
 def _steps(m: Model, base_ns: int) -> tuple[dict[str, list[Any]], dict[str, str]]:
     cols: dict[str, list[Any]] = {c: [] for c in STEP_COLUMNS}
     for w in m.windows:
-        for c, v in zip(STEP_COLUMNS, (w.step, base_ns + w.start_ns, base_ns + w.end_ns, w.end_ns - w.start_ns),
-                        strict=True):  # fmt: skip
+        values = (w.step, base_ns + w.start_ns, base_ns + w.end_ns, w.end_ns - w.start_ns)
+        for c, v in zip(STEP_COLUMNS, values, strict=True):
             cols[c].append(v)
     return cols, STEP_COLUMNS
 

@@ -63,7 +63,7 @@ def to_rich(plain: PlainTable) -> Any:
 
 
 def short_name(name: str) -> str:
-    """``void at::native::vectorized_elementwise_kernel<4, …>(…)`` → ``vectorized_elementwise_kernel``."""
+    """``void at::native::vectorized_elementwise_kernel<4, …>(…)`` → its last name part."""
     base = name.removeprefix("void ")
     for stop in ("<", "("):
         base = base.split(stop, 1)[0]
@@ -123,7 +123,8 @@ def _stages_table(gpu: dict[str, Any]) -> PlainTable | None:
     rows = [
         [step_label(m["step"]), m["role"], LABELS.get(m["stage"], m["stage"]), str(m["devices"]),
          fmt_ns(m["wall_ns"]), f"{fmt_ns(m['busy_ns'])} {fmt_pct(m['busy_ns'], m['wall_ns'])}",
-         _share(round(m["comm_ns"]), round(m["wall_ns"])), _share(round(m["host_wait_ns"]), round(m["wall_ns"]))]
+         _share(round(m["comm_ns"]), round(m["wall_ns"])),
+         _share(round(m["host_wait_ns"]), round(m["wall_ns"]))]
         for m in means[:MAX_ROWS]
     ]  # fmt: skip
     return PlainTable(
@@ -150,8 +151,9 @@ def _launch_table(gpu: dict[str, Any]) -> PlainTable | None:
     )
 
 
-WHILE_LABELS = {"waiting_for_rollout": "CPU waited for rollout", "waiting_for_trainer": "CPU waited for trainer",
-                "waiting_for_peers": "CPU waited for peers", "weight_sync": "weight sync", "driver": "driver/boundary",
+WHILE_LABELS = {"waiting_for_rollout": "CPU waited for rollout",
+                "waiting_for_trainer": "CPU waited for trainer", "waiting_for_peers": "CPU waited for peers",
+                "weight_sync": "weight sync", "driver": "driver/boundary",
                 "unexplained": "CPU idle, unexplained", "unaccounted": "no lane of the process"}  # fmt: skip
 
 
@@ -201,7 +203,8 @@ def tables(summary: dict[str, Any]) -> list[PlainTable]:
     rules = gpu["rules"]
     note = (
         f"{gpu['kernels']:,} GPU events: {rules['launch']:,} placed by their launch (correlation id), "
-        f"{rules['window']:,} by where they ran (no launch in the trace); {gpu['no_stage']:,} in no stage span"
+        f"{rules['window']:,} by where they ran (no launch in the trace); "
+        f"{gpu['no_stage']:,} in no stage span"
     )
     steps = _steps_table(gpu)
     steps.note = note + ". " + steps.note
@@ -236,7 +239,8 @@ def chart(summary: dict[str, Any]) -> str:
     for key in bars:
         label = f"step {step_label(key[0])} · {key[1]}"
         body.append(
-            f'<text class="label" x="{svg.LABEL_W - 6}" y="{y + 13}" text-anchor="end">{svg.esc(label)}</text>'
+            f'<text class="label" x="{svg.LABEL_W - 6}" y="{y + 13}" '
+            f'text-anchor="end">{svg.esc(label)}</text>'
         )
         x = float(svg.LABEL_W)
         busy = 0.0
