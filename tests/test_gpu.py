@@ -329,3 +329,22 @@ def test_per_stream_idle_is_htas_rule(kernels: list[tuple[int, int, int | None]]
         gap, launched = store.k_ts[i] - end, at.launch_ts[i]
         want[0 if launched != attr.UNKNOWN and launched > end else 1 if gap < 10 else 2] += gap
     assert (row["host_wait_ns"], row["kernel_wait_ns"], row["other_wait_ns"]) == tuple(want)
+
+
+@needs_real
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dlrm-8rank", "hta-2rank"])
+def test_per_rank_figures_equal_hta_0_5(name: str, tmp_path: Path) -> None:
+    """HTA 0.5.0 itself (own venv, from the package index, reused across runs) on the ORIGINAL files:
+    busy, idle, compute, non-compute, communication, kernel time and overlap within 0.1 % per rank."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from hta_parity import check
+
+    venv = Path.home() / ".cache" / "rl-trace-observer" / "hta-0.5.0"
+    assert check(REAL / name, venv, tmp_path / "parity.json") == 0
+    rows = json.loads((tmp_path / "parity.json").read_text())
+    held = [r for r in rows if not r["figure"].startswith("stream")]
+    assert len({r["rank"] for r in held}) == (8 if name == "dlrm-8rank" else 2)
+    assert max(r["rel"] for r in held) <= 0.001
