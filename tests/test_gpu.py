@@ -259,6 +259,16 @@ _stages = st.lists(st.tuples(st.integers(0, 400), st.integers(1, 150), st.sample
                    "actor_compute_log_prob"])), max_size=4)  # fmt: skip
 
 
+def _add_kernel(
+    store: KernelStore, pid: int, tid: int, ts: int, dur: int, name: str, cat: str, args: str
+) -> None:
+    store.extend_kernels([pid], [tid], [ts], [dur], [name], [cat], [args.encode()])
+
+
+def _add_launch(store: KernelStore, pid: int, tid: int, ts: int, dur: int, corr: int) -> None:
+    store.extend_launches([pid], [tid], [ts], [dur], [json.dumps({"correlation": corr}).encode()])
+
+
 def _covered(ints: list[tuple[int, int]]) -> set[int]:
     return {t for s, e in ints for t in range(s, e)}
 
@@ -273,11 +283,18 @@ def test_busy_never_exceeds_wall_and_splits_sum(
 ) -> None:
     store = KernelStore()
     for corr, (start, dur, name, lead, stream) in enumerate(kernels, 1):
-        store.add_kernel(
-            257, stream, start, dur, name, "kernel", json.dumps({"stream": stream, "correlation": corr})
+        _add_kernel(
+            store,
+            257,
+            stream,
+            start,
+            dur,
+            name,
+            "kernel",
+            json.dumps({"stream": stream, "correlation": corr}),
         )
         if lead is not None:
-            store.add_launch(256, 2, max(start - lead, 0), 2, json.dumps({"correlation": corr}))
+            _add_launch(store, 256, 2, max(start - lead, 0), 2, corr)
     spans = [
         attr.StageSpan(256, s, s + d, "update" if n == "actor_update" else "log_prob", n)
         for s, d, n in stages
@@ -317,9 +334,9 @@ def test_per_stream_idle_is_htas_rule(kernels: list[tuple[int, int, int | None]]
     """One stream: every gap before a kernel goes to exactly one category, by HTA's rule."""
     store = KernelStore()
     for corr, (start, dur, lead) in enumerate(kernels, 1):
-        store.add_kernel(257, 7, start, dur, GEMM, "kernel", json.dumps({"stream": 7, "correlation": corr}))
+        _add_kernel(store, 257, 7, start, dur, GEMM, "kernel", json.dumps({"stream": 7, "correlation": corr}))
         if lead is not None:
-            store.add_launch(256, 2, start - lead, 1, json.dumps({"correlation": corr}))
+            _add_launch(store, 256, 2, start - lead, 1, corr)
     at = attr.attribute(store, [], [], True)
     order = sorted(range(len(store)), key=lambda i: (store.k_ts[i], at.launch_ts[i]))
     (row,) = breakdown.stream_idle(order, store, at, threshold_ns=10)

@@ -93,83 +93,65 @@ class KernelStore:
         categories: list[str],
         raws: list[Any],
     ) -> None:
-        """Many GPU events at once (a chunk of a stream, a part of the shards): column-wise, so the
-        per-event cost is a few list comprehensions, not a Python call each."""
+        """Many GPU events at once (a chunk of a stream): column-wise, so the per-event cost is a
+        few list comprehensions, not a Python call each. ``raws``: their ``args`` JSON."""
         ids = decode_ids(raws)
-        keep = [i for i, x in enumerate(ids) if x is not None and type(x.stream) is int and x.stream >= 0]
-        self.untracked += len(ids) - len(keep)
-        if len(keep) < len(ids):
-            pids, tids, ts_ns, dur_ns, names, categories = (
-                [col[i] for i in keep] for col in (pids, tids, ts_ns, dur_ns, names, categories)
+        streams = [x.stream if x is not None else None for x in ids]
+        corrs = [x.correlation if x is not None else None for x in ids]
+        self.extend_kernel_ids(pids, tids, ts_ns, dur_ns, names, categories, streams, corrs)
+
+    def extend_kernel_ids(
+        self,
+        pids: list[Any],
+        tids: list[Any],
+        ts_ns: list[int],
+        dur_ns: list[int],
+        names: list[str],
+        categories: list[str],
+        streams: list[Any],
+        corrs: list[Any],
+    ) -> None:
+        """As :meth:`extend_kernels`, with ``args.stream`` / ``args.correlation`` already read (the
+        shards' loader reads them with Arrow); an event without an integer stream ≥ 0 is untracked."""
+        keep = [i for i, x in enumerate(streams) if type(x) is int and x >= 0]
+        self.untracked += len(streams) - len(keep)
+        if len(keep) < len(streams):
+            pids, tids, ts_ns, dur_ns, names, categories, streams, corrs = (
+                [col[i] for i in keep]
+                for col in (pids, tids, ts_ns, dur_ns, names, categories, streams, corrs)
             )
-            ids = [ids[i] for i in keep]
         name_ids = self._name_ids
-        for name, category in zip(names, categories):  # noqa: B905
-            if name not in name_ids:
+        new = set(names).difference(name_ids)
+        if new:
+            first_category = dict(zip(reversed(names), reversed(categories)))  # noqa: B905
+            for name in sorted(new):
                 name_ids[name] = len(self.names)
                 self.names.append(name)
-                self.kinds.append(kind_of(name, category))
+                self.kinds.append(kind_of(name, first_category[name]))
         self.k_pid.extend(self._ids_of(pids))
         self.k_tid.extend(self._ids_of(tids))
         self.k_ts.extend(ts_ns)
         self.k_dur.extend([d if d > 0 else 0 for d in dur_ns])
         self.k_name.extend([name_ids[n] for n in names])
-        self.k_corr.extend([c if type(c := x.correlation) is int else -1 for x in ids])  # type: ignore[union-attr]
-        self.k_stream.extend([x.stream for x in ids])  # type: ignore[union-attr]
+        self.k_corr.extend([c if type(c) is int and c >= 0 else -1 for c in corrs])
+        self.k_stream.extend(streams)
 
     def extend_launches(
         self, pids: list[Any], tids: list[Any], ts_ns: list[int], dur_ns: list[int], raws: list[Any]
     ) -> None:
-        ids = decode_ids(raws)
-        keep = [
-            i
-            for i, x in enumerate(ids)
-            if x is not None and type(x.correlation) is int and x.correlation >= 0
-        ]
-        if len(keep) < len(ids):
-            pids, tids, ts_ns, dur_ns = ([col[i] for i in keep] for col in (pids, tids, ts_ns, dur_ns))
-            ids = [ids[i] for i in keep]
+        corrs = [x.correlation if x is not None else None for x in decode_ids(raws)]
+        self.extend_launch_ids(pids, tids, ts_ns, dur_ns, corrs)
+
+    def extend_launch_ids(
+        self, pids: list[Any], tids: list[Any], ts_ns: list[int], dur_ns: list[int], corrs: list[Any]
+    ) -> None:
+        keep = [i for i, c in enumerate(corrs) if type(c) is int and c >= 0]
+        if len(keep) < len(corrs):
+            pids, tids, ts_ns, dur_ns, corrs = (
+                [col[i] for i in keep] for col in (pids, tids, ts_ns, dur_ns, corrs)
+            )
         self.l_pid.extend(self._ids_of(pids))
         self.l_tid.extend(self._ids_of(tids))
         self.l_ts.extend(ts_ns)
         self.l_dur.extend([d if d > 0 else 0 for d in dur_ns])
-        self.l_corr.extend([x.correlation for x in ids])  # type: ignore[union-attr]
-
-    def add_kernel(
-        self, pid: Any, tid: Any, ts_ns: int, dur_ns: int, name: str, category: str, raw_args: Any
-    ) -> None:
-        try:
-            ids = _IDS.decode(raw_args)
-        except (msgspec.DecodeError, TypeError):
-            self.untracked += 1
-            return
-        stream = ids.stream
-        if type(stream) is not int or stream < 0:
-            self.untracked += 1
-            return
-        corr = ids.correlation
-        nid = self._name_ids.get(name)
-        if nid is None:
-            nid = self._name_ids[name] = len(self.names)
-            self.names.append(name)
-            self.kinds.append(kind_of(name, category))
-        self.k_pid.append(pid if type(pid) is int else self._other(pid))
-        self.k_tid.append(tid if type(tid) is int else self._other(tid))
-        self.k_ts.append(ts_ns)
-        self.k_dur.append(dur_ns if dur_ns > 0 else 0)
-        self.k_name.append(nid)
-        self.k_corr.append(corr if type(corr) is int else -1)
-        self.k_stream.append(stream)
-
-    def add_launch(self, pid: Any, tid: Any, ts_ns: int, dur_ns: int, raw_args: Any) -> None:
-        try:
-            corr = _IDS.decode(raw_args).correlation
-        except (msgspec.DecodeError, TypeError):
-            return
-        if type(corr) is not int or corr < 0:
-            return
-        self.l_pid.append(pid if type(pid) is int else self._other(pid))
-        self.l_tid.append(tid if type(tid) is int else self._other(tid))
-        self.l_ts.append(ts_ns)
-        self.l_dur.append(dur_ns if dur_ns > 0 else 0)
-        self.l_corr.append(corr)
+        self.l_corr.extend(corrs)

@@ -111,24 +111,44 @@ def _part(
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
 
 
+_STREAM = r'"stream"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+_CORRELATION = r'"correlation"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+
+
+def _arg_ints(table: Any, pattern: str) -> list[Any]:
+    """An integer ``args`` key of every row, read with Arrow (None where absent or not an int)."""
+    import pyarrow as pa
+
+    pc = compute()
+    found = pc.extract_regex(pc.fill_null(table.column("args"), ""), pattern)
+    return pc.cast(pc.struct_field(found, "v"), pa.int64()).to_pylist()  # type: ignore[no-any-return]
+
+
 def _gpu(slices: Any, base: int, data: TraceData) -> None:
-    """Kineto kernels and launches of one part into the report's kernel store (as the JSON loader)."""
+    """Kineto kernels and launches of one part into the report's kernel store (as the JSON loader:
+    the same ``args.stream`` / ``args.correlation``, read by regular expression in Arrow)."""
     pc = compute()
     cats = slices.column("category")
     kernels = slices.filter(pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(GPU_CATEGORIES))), False))
     launches = slices.filter(
         pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
     )
-    cols = ("trace_pid", "trace_tid", "ts_ns", "dur_ns", "name", "category", "args")
-    pid, tid, ts, dur, name, cat, args = (kernels.column(c).to_pylist() for c in cols)
-    data.gpu.extend_kernels(
-        pid, tid, [t - base for t in ts], [d or 0 for d in dur], [n or "" for n in name], cat,
-        [a.encode() if a else b"{}" for a in args],
-    )  # fmt: skip
-    pid, tid, ts, dur, args = (launches.column(c).to_pylist() for c in (*cols[:4], "args"))
-    data.gpu.extend_launches(
-        pid, tid, [t - base for t in ts], [d or 0 for d in dur], [a.encode() if a else b"{}" for a in args]
-    )
+    if kernels.num_rows:
+        pid, tid, ts, dur, name, cat = (
+            c.to_pylist()
+            for c in (kernels.column("trace_pid"), kernels.column("trace_tid"),
+                      pc.subtract(kernels.column("ts_ns"), base), pc.fill_null(kernels.column("dur_ns"), 0),
+                      pc.fill_null(kernels.column("name"), ""), kernels.column("category"))
+        )  # fmt: skip
+        streams, corrs = _arg_ints(kernels, _STREAM), _arg_ints(kernels, _CORRELATION)
+        data.gpu.extend_kernel_ids(pid, tid, ts, dur, name, cat, streams, corrs)
+    if launches.num_rows:
+        corrs = _arg_ints(launches, _CORRELATION)
+        data.gpu.extend_launch_ids(
+            launches.column("trace_pid").to_pylist(), launches.column("trace_tid").to_pylist(),
+            pc.subtract(launches.column("ts_ns"), base).to_pylist(),
+            pc.fill_null(launches.column("dur_ns"), 0).to_pylist(), corrs,
+        )  # fmt: skip
 
 
 def _strings(values: list[str]) -> Any:
