@@ -29,7 +29,6 @@ from itertools import pairwise
 from typing import Any, NamedTuple
 
 from ..report import intervals as iv
-from ..report.rollout import percentile
 from .attribute import UNKNOWN, Attribution
 from .kinds import COMM, COMPUTE
 from .store import KernelStore
@@ -143,18 +142,27 @@ def _waits(
 ) -> tuple[int, int, int]:
     """(host, kernel, other) idle time: ``cpu`` less the busy ``pieces``, each idle piece judged by
     the busy piece after it (``firsts``: the launch of the kernel that starts each busy piece)."""
-    waits = [0, 0, 0]
     if len(cpu) == 1:  # a step window or a whole run: the gaps between pieces, and the two edges
         lo, hi = cpu[0]
-        prev = lo
+        host = kernel = other = 0
+        prev = lo  # the idle piece starts here (pieces are sorted and disjoint: it only grows)
         for (s, e), launched in zip(pieces, firsts):  # noqa: B905
-            if s > prev and s > lo and prev < hi:
-                a, b = max(prev, lo), min(s, hi)
-                waits[_judge(a, s, launched, threshold)] += b - a
-            prev = max(prev, e)
+            if s > prev:
+                if prev >= hi:
+                    break
+                b = s if s < hi else hi
+                if launched != UNKNOWN and launched > prev:
+                    host += b - prev
+                elif s - prev < threshold:
+                    kernel += b - prev
+                else:
+                    other += b - prev
+            if e > prev:
+                prev = e
         if prev < hi:
-            waits[0] += hi - max(prev, lo)
-        return waits[0], waits[1], waits[2]
+            host += hi - prev
+        return host, kernel, other
+    waits = [0, 0, 0]
     starts = [s for s, _ in pieces]
     for a, b in iv.subtract(iv.union(cpu), pieces):
         j = bisect.bisect_left(starts, b)
@@ -175,11 +183,19 @@ def _judge(a: int, next_start: int, launched: int, threshold: int) -> int:
 def _delays(delays: list[int]) -> dict[str, int | None]:
     if not delays:
         return {"launch_delay_p50_ns": None, "launch_delay_p95_ns": None, "launch_delay_max_ns": None}
+    delays.sort()  # once: both percentiles from it (as numpy's linear interpolation)
     return {
-        "launch_delay_p50_ns": round(percentile(delays, 0.50)),
-        "launch_delay_p95_ns": round(percentile(delays, 0.95)),
-        "launch_delay_max_ns": max(delays),
+        "launch_delay_p50_ns": round(_sorted_pct(delays, 0.50)),
+        "launch_delay_p95_ns": round(_sorted_pct(delays, 0.95)),
+        "launch_delay_max_ns": delays[-1],
     }
+
+
+def _sorted_pct(ordered: list[int], q: float) -> float:
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def stream_idle(
