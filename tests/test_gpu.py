@@ -365,3 +365,57 @@ def test_per_rank_figures_equal_hta_0_5(name: str, tmp_path: Path) -> None:
     held = [r for r in rows if not r["figure"].startswith("stream")]
     assert len({r["rank"] for r in held}) == (8 if name == "dlrm-8rank" else 2)
     assert max(r["rel"] for r in held) <= 0.001
+
+
+@settings(max_examples=150, deadline=None)
+@given(_kernels, _stages, st.integers(0, 100), st.integers(1, 500))
+def test_compiled_loops_equal_the_python_ones(
+    kernels: list[tuple[int, int, str, int | None, int]],
+    stages: list[tuple[int, int, str]],
+    lo: int,
+    span: int,
+) -> None:
+    """``_gpu_native`` (built by setup.py) against the reference Python loops, on the same kernels —
+    repeated launch ids included (two profiler sessions restart them)."""
+    from rl_trace_observer.merge import native
+
+    twin = native.twin("rl_trace_observer.analysis.gpu._gpu_native")
+    if twin is None:
+        pytest.skip("the compiled twin is not built (no C compiler at install, or RL_TRACE_NATIVE=0)")
+    store = KernelStore()
+    for corr, (start, dur, name, lead, stream) in enumerate(kernels, 1):
+        _add_kernel(
+            store,
+            257,
+            stream,
+            start,
+            dur,
+            name,
+            "kernel",
+            json.dumps({"stream": stream, "correlation": corr % 5}),
+        )
+        if lead is not None:
+            _add_launch(store, 256, 2, max(start - lead, 0), 2, corr % 5)
+    spans = [attr.StageSpan(256, s, s + d, "update", n) for s, d, n in stages]
+
+    def run() -> tuple[Any, ...]:
+        r = analyze(store, [(1, lo, lo + span), (2, lo + span, lo + 2 * span)], spans, {256: [(lo, lo + span, 0)]},
+                    who=lambda p: ("trainer", 0, "h"), process_names={}, merged=True)  # fmt: skip
+        at = r.at
+        return (
+            r.rows,
+            list(at.launch_ts),
+            list(at.launch_end),
+            bytes(at.rule),
+            list(at.window),
+            list(at.stage),
+        )
+
+    compiled = run()
+    saved = native.twin
+    try:
+        native.twin = lambda name: None  # type: ignore[assignment]
+        python = run()
+    finally:
+        native.twin = saved  # type: ignore[assignment]
+    assert compiled == python

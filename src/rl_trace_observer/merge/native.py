@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 # twin module -> the source it is built from, relative to this package
 TWINS = {
     "rl_trace_observer.merge.writers._pftrace_native": "writers/_pftrace_native.pyx",
+    "rl_trace_observer.analysis.gpu._gpu_native": "../analysis/gpu/_gpu_native.pyx",  # the report's GPU loops
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import sys
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -170,6 +171,62 @@ def _stage_table(
     return stages, {pid: _Segments(spans) for pid, spans in per_pid.items()}
 
 
+NATIVE_TWIN = "rl_trace_observer.analysis.gpu._gpu_native"
+
+
+def place(
+    k_pid: Any,
+    k_ts: Any,
+    k_corr: Any,
+    code_of: dict[int, int],
+    last: dict[int, int],
+    first: dict[int, int] | None,
+    many: dict[int, Any],
+    l_ts: Any,
+    l_dur: Any,
+    l_pid: Any,
+    wins: list[Any],
+    segs: list[Any],
+    launch_ts: Any,
+    launch_end: Any,
+    rule: Any,
+    window: Any,
+    stage: Any,
+    pick: Any,
+    codes: int,
+) -> None:
+    """The per-kernel loop of :func:`attribute` (compiled twin: ``_gpu_native.place``, tested
+    equal): its launch (the latest of a repeated id at or before it), then its step window and
+    innermost stage at the launch (else at the kernel's start), on the launching process."""  # fmt: skip
+    right = bisect.bisect_right
+    for i, (p, ts, corr) in enumerate(zip(k_pid, k_ts, k_corr)):  # noqa: B905
+        code = code_of[p]
+        key = corr * codes + code
+        li = last.get(key) if corr >= 0 else None
+        if li is not None:
+            if first is not None and first[key] != li:
+                li = pick(many[key], ts) if key in many else _of_two(first[key], li, l_ts, ts)
+            t = l_ts[li]
+            code = code_of[l_pid[li]]
+            launch_ts[i] = t
+            launch_end[i] = t + l_dur[li]
+        else:
+            t = ts
+            rule[i] = 1
+        starts, spans, reach = wins[code]
+        k = right(starts, t) - 1
+        while k >= 0 and reach[k] > t:
+            if t < spans[k][1]:
+                window[i] = spans[k][2]
+                break
+            k -= 1
+        seg = segs[code]
+        if seg is not None:
+            k = right(seg[0], t) - 1
+            if k >= 0 and t < seg[1][k]:
+                stage[i] = seg[2][k]
+
+
 def attribute(
     store: KernelStore,
     windows: Sequence[tuple[Any, int, int]],
@@ -201,39 +258,12 @@ def attribute(
     )  # fmt: skip
     wins = [(w.starts, w.spans, w.reach) for w in by_code_windows]
     segs = [(g.starts, g.ends, g.ids) if g is not None else None for g in by_code_segments]
-    l_ts, l_dur, l_pid = store.l_ts, store.l_dur, store.l_pid
-    launch_ts, launch_end, rule, window, stage = (
-        out.launch_ts,
-        out.launch_end,
-        out.rule,
-        out.window,
-        out.stage,
-    )
-    get, first, many, right = launches.last.get, launches.first, launches.many, bisect.bisect_right
-    for i, (p, ts, corr) in enumerate(zip(store.k_pid, store.k_ts, store.k_corr)):  # noqa: B905
-        code = code_of[p]
-        key = corr * _CODES + code
-        li = get(key) if corr >= 0 else None
-        if li is not None:
-            if first is not None and first[key] != li:  # a repeated id: the latest launch ≤ the kernel
-                li = _pick(many[key], ts) if key in many else _of_two(first[key], li, l_ts, ts)
-            t = l_ts[li]
-            code = code_of[l_pid[li]]
-            launch_ts[i] = t
-            launch_end[i] = t + l_dur[li]
-        else:
-            t = ts
-            rule[i] = 1
-        starts, spans, reach = wins[code]
-        k = right(starts, t) - 1
-        while k >= 0 and reach[k] > t:
-            if t < spans[k][1]:
-                window[i] = spans[k][2]
-                break
-            k -= 1
-        seg = segs[code]
-        if seg is not None:
-            k = right(seg[0], t) - 1
-            if k >= 0 and t < seg[1][k]:
-                stage[i] = seg[2][k]
+    from ...merge import native
+
+    loops = native.twin(NATIVE_TWIN) or sys.modules[__name__]
+    loops.place(
+        store.k_pid, store.k_ts, store.k_corr, code_of, launches.last, launches.first, launches.many,
+        store.l_ts, store.l_dur, store.l_pid, wins, segs,
+        out.launch_ts, out.launch_end, out.rule, out.window, out.stage, _pick, _CODES,
+    )  # fmt: skip
     return out

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import pairwise
@@ -70,24 +71,26 @@ def columns(order: Sequence[int], store: KernelStore, at: Attribution) -> Column
     )
 
 
-def figures(
-    cols: Columns, cpu: list[iv.Interval] | None, threshold_ns: int = KERNEL_WAIT_BELOW_NS
-) -> tuple[dict[str, Any], list[iv.Interval]]:
-    """``cpu``: the CPU window (sorted, disjoint), or None for a whole run. Returns the figures
-    and the busy intervals. One pass keeps four running unions (all, compute, comm, compute ∪
-    comm) inline: it runs three times per kernel (run, step, stage)."""
+def union_pass(
+    starts: list[int], ends: list[int], codes: list[int], launches: list[int], launch_ends: list[int]
+) -> tuple[list[iv.Interval], list[int], list[int], int, int, int, int]:
+    """One pass over kernels sorted by (start, launch): the busy pieces and their total, the launch of each piece's
+    first kernel, the launch delays, and |compute|, |comm|, |compute ∪ comm| — four running unions
+    kept inline (this loop runs three times per kernel: run, step, stage). Compiled twin:
+    ``_gpu_native.union_pass``, tested equal."""
     pieces: list[iv.Interval] = []
     add = pieces.append
-    firsts: list[int] = []  # per busy piece, the launch of its first kernel (earliest launched)
+    firsts: list[int] = []
     first = firsts.append
     delays: list[int] = []
     keep = delays.append
     bs = be = cs = ce = ms = me = xs = xe = UNKNOWN
-    comp = comm = both = 0
-    for s, e, k, launched, le in zip(*cols):  # noqa: B905
+    comp = comm = both = busy = 0
+    for s, e, k, launched, le in zip(starts, ends, codes, launches, launch_ends):  # noqa: B905
         if s > be:
             if be > bs:
                 add((bs, be))
+                busy += be - bs
             else:
                 del firsts[-1:]
             bs, be = s, e
@@ -115,15 +118,61 @@ def figures(
             keep(s - le if s > le else 0)
     if be > bs:
         add((bs, be))
+        busy += be - bs
     else:
         del firsts[-1:]
-    comp, comm, both = comp + ce - cs, comm + me - ms, both + xe - xs
-    busy = 0
-    for s, e in pieces:
-        busy += e - s
+    return pieces, firsts, delays, comp + ce - cs, comm + me - ms, both + xe - xs, busy
+
+
+def edge_waits(
+    pieces: list[iv.Interval], firsts: list[int], lo: int, hi: int, threshold: int
+) -> tuple[int, int, int]:
+    """(host, kernel, other) idle time of the window [lo, hi) less the busy ``pieces`` (sorted,
+    disjoint): the gaps between pieces and the two edges, each judged by the piece after it."""
+    host = kernel = other = 0
+    prev = lo  # the idle piece starts here; it only grows
+    for (s, e), launched in zip(pieces, firsts):  # noqa: B905
+        if s > prev:
+            if prev >= hi:
+                break
+            b = s if s < hi else hi
+            if launched != UNKNOWN and launched > prev:
+                host += b - prev
+            elif s - prev < threshold:
+                kernel += b - prev
+            else:
+                other += b - prev
+        if e > prev:
+            prev = e
+    if prev < hi:
+        host += hi - prev
+    return host, kernel, other
+
+
+def _loops() -> Any:
+    """The compiled twin of :func:`union_pass` / :func:`edge_waits` when built, else this module."""
+    from ...merge import native
+
+    return native.twin(NATIVE_TWIN) or sys.modules[__name__]
+
+
+NATIVE_TWIN = "rl_trace_observer.analysis.gpu._gpu_native"
+
+
+def figures(
+    cols: Columns, cpu: list[iv.Interval] | None, threshold_ns: int = KERNEL_WAIT_BELOW_NS
+) -> tuple[dict[str, Any], list[iv.Interval]]:
+    """``cpu``: the CPU window (sorted, disjoint), or None for a whole run. Returns the figures
+    and the busy intervals."""
+    loops = _loops()
+    pieces, firsts, delays, comp, comm, both, busy = loops.union_pass(*cols)
     if cpu is None and pieces:
         cpu = [(pieces[0][0], pieces[-1][1])]
-    waits = _waits(pieces, firsts, cpu or [], threshold_ns)
+    cpu = cpu or []
+    if len(cpu) == 1:
+        waits = loops.edge_waits(pieces, firsts, cpu[0][0], cpu[0][1], threshold_ns)
+    else:
+        waits = _waits(pieces, firsts, cpu, threshold_ns)
     out: dict[str, Any] = {"kernels": len(cols.starts), "busy_ns": busy}
     out["span_ns"] = pieces[-1][1] - pieces[0][0] if pieces else 0
     out["compute_ns"] = comp
@@ -140,28 +189,8 @@ def figures(
 def _waits(
     pieces: list[iv.Interval], firsts: list[int], cpu: list[iv.Interval], threshold: int
 ) -> tuple[int, int, int]:
-    """(host, kernel, other) idle time: ``cpu`` less the busy ``pieces``, each idle piece judged by
-    the busy piece after it (``firsts``: the launch of the kernel that starts each busy piece)."""
-    if len(cpu) == 1:  # a step window or a whole run: the gaps between pieces, and the two edges
-        lo, hi = cpu[0]
-        host = kernel = other = 0
-        prev = lo  # the idle piece starts here (pieces are sorted and disjoint: it only grows)
-        for (s, e), launched in zip(pieces, firsts):  # noqa: B905
-            if s > prev:
-                if prev >= hi:
-                    break
-                b = s if s < hi else hi
-                if launched != UNKNOWN and launched > prev:
-                    host += b - prev
-                elif s - prev < threshold:
-                    kernel += b - prev
-                else:
-                    other += b - prev
-            if e > prev:
-                prev = e
-        if prev < hi:
-            host += hi - prev
-        return host, kernel, other
+    """(host, kernel, other) idle time of ``cpu`` (several intervals: a stage's spans) less the busy
+    ``pieces``, each idle piece judged by the busy piece after it (``firsts``: its first launch)."""
     waits = [0, 0, 0]
     starts = [s for s, _ in pieces]
     for a, b in iv.subtract(iv.union(cpu), pieces):
