@@ -399,7 +399,8 @@ def test_compiled_loops_equal_the_python_ones(
     spans = [attr.StageSpan(256, s, s + d, "update", n) for s, d, n in stages]
 
     def run() -> tuple[Any, ...]:
-        r = analyze(store, [(1, lo, lo + span), (2, lo + span, lo + 2 * span)], spans, {256: [(lo, lo + span, 0)]},
+        windows = [(1, lo, lo + span), (2, lo + span, lo + 2 * span)]
+        r = analyze(store, windows, spans, {256: [(lo, lo + span, 0)]},
                     who=lambda p: ("trainer", 0, "h"), process_names={}, merged=True)  # fmt: skip
         at = r.at
         return (

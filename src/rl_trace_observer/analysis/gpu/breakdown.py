@@ -74,10 +74,10 @@ def columns(order: Sequence[int], store: KernelStore, at: Attribution) -> Column
 def union_pass(
     starts: list[int], ends: list[int], codes: list[int], launches: list[int], launch_ends: list[int]
 ) -> tuple[list[iv.Interval], list[int], list[int], int, int, int, int]:
-    """One pass over kernels sorted by (start, launch): the busy pieces and their total, the launch of each piece's
-    first kernel, the launch delays, and |compute|, |comm|, |compute ∪ comm| — four running unions
-    kept inline (this loop runs three times per kernel: run, step, stage). Compiled twin:
-    ``_gpu_native.union_pass``, tested equal."""
+    """One pass over kernels sorted by (start, launch): the busy pieces, the launch of each
+    piece's first kernel, the launch delays, |compute|, |comm|, |compute ∪ comm| and |busy| — the
+    running unions kept inline (this loop runs three times per kernel: run, step, stage). Compiled
+    twin: ``_gpu_native.union_pass``, tested equal."""
     pieces: list[iv.Interval] = []
     add = pieces.append
     firsts: list[int] = []

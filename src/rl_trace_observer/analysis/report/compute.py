@@ -35,6 +35,7 @@ from ..gpu import section as gpu_section
 from ..gpu.answers import gpu_answers
 from ..gpu.attribute import StageSpan
 from . import intervals as iv
+from .identity import STAGE_CATS, lane_of, process_identity, process_role
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
@@ -51,13 +52,12 @@ from .stages import (
     marker_number,
     marker_priority,
 )
+from .windows import Window, _int, process_windows, step_windows
 
 SCHEMA = "rl-trace-report/4"
-STAGE_CATS = ("rl_insight", "verl")
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
-STEP_KEYS = ("step", "global_step", "global_steps")
 SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.analysis.gpu`, docs/FORMATS.md
 §10; /3 was /2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
 :mod:`rl_trace_observer.analysis.answers`; /2 added ``rollout``):
@@ -112,144 +112,6 @@ Additive changes keep the version; renames or removals bump it."""
 class Who:
     role: str
     lane: str
-
-
-@dataclass
-class Window:
-    step: int | None
-    start_ns: int
-    end_ns: int
-    profiled: bool = False
-    mode: str | None = None
-
-
-# ------------------------------------------------------------------------------------- identity
-_LABEL_ROLE = re.compile(r"^([A-Za-z][\w.-]*)(?:\s+(?:rank|replica)\s+\d+)?(?:\s+\(.*\))?$")
-
-
-def process_role(data: TraceData, pid: Any) -> str:
-    """The role of a merged process: its ``role`` arg, else the role word of its merged label."""
-    args = data.process_args.get(pid) or {}
-    if isinstance(args.get("role"), str) and args["role"]:
-        return str(args["role"])
-    parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
-    for part in parts[2:] if len(parts) > 2 else parts:
-        m = _LABEL_ROLE.match(part)
-        if m and not part.startswith(("pid ", "clock", "rank ", "replica ")):
-            return m.group(1)
-    return "unknown"
-
-
-_RANK = re.compile(r"(?:^|\s)rank\s+(\d+)\b")
-
-
-def process_identity(data: TraceData, pid: Any) -> tuple[str, int | None, str | None]:
-    """(role, rank, host) of a merged process: its args, else its label ``host · pid N · role rank R``;
-    a trace we did not merge is one process, ranked by its ``distributedInfo``."""
-    if not (data.metadata.get("rl_trace_observer") or data.mode == "shards"):
-        info = data.metadata.get("distributedInfo") or {}
-        rank = info.get("rank") if isinstance(info, dict) else None
-        return "unknown", rank if isinstance(rank, int) else None, None
-    parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
-    rank = next((int(m.group(1)) for p in parts[2:] if (m := _RANK.search(p))), None)
-    host = parts[0] if len(parts) > 1 and parts[1].startswith("pid ") else None
-    return process_role(data, pid), rank, host
-
-
-def lane_of(data: TraceData, span: Span) -> str:
-    """RL-Insight's lane; else, for a ranked process, ``rank N`` (a profiler-only trace); else the
-    thread's name."""
-    lane = span.args.get("state_lane_id")
-    if lane is not None:
-        return str(lane)
-    rank = None if span.cat.startswith((*STAGE_CATS, "rl_trace")) else process_identity(data, span.pid)[1]
-    if rank is not None:
-        return f"rank {rank}"
-    name = data.thread_names.get((span.pid, span.tid))
-    if name:
-        return name.rsplit("·", 1)[-1].strip()
-    return f"tid {span.tid}"
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str | float):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return int(number) if number.is_integer() else None
-    return None
-
-
-def _truthy(value: Any) -> bool:
-    return value is True or value == 1 or (isinstance(value, str) and value.lower() in ("true", "1"))
-
-
-# --------------------------------------------------------------------------------------- windows
-def step_windows(markers: list[Span]) -> list[Window]:
-    """Windows from the preferred kind of step marker. Markers that all state their step (an arg,
-    or ``ProfilerStep#N``) group by it — per-rank copies of one step join, and the next step of a
-    rank that runs ahead stays apart; otherwise overlapping markers join."""
-    chosen = _chosen_markers(markers)
-    groups: list[list[Span]] = []
-    own = [_marker_step(m) for m in chosen]
-    if chosen and None not in own:
-        by: dict[int | None, list[Span]] = {}
-        for m, n in zip(chosen, own, strict=True):
-            by.setdefault(n, []).append(m)
-        groups = sorted(by.values(), key=lambda g: min(x.start_ns for x in g))
-    for m in chosen if not groups else ():
-        if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
-            groups[-1].append(m)
-        else:
-            groups.append([m])
-    numbers = []
-    for g in groups:
-        found = {n for m in g for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
-        found |= {n for m in g if not found and (n := marker_number(m.name)) is not None}
-        numbers.append(found.pop() if len(found) == 1 else None)
-    usable = None not in numbers and len(set(numbers)) == len(numbers)
-    windows = []
-    for i, g in enumerate(groups):
-        modes = {str(m.args.get("mode") or m.args.get("trainer_mode") or "") for m in g} - {""}
-        windows.append(
-            Window(
-                step=numbers[i] if usable else i + 1,
-                start_ns=min(m.start_ns for m in g),
-                end_ns=max(m.end_ns for m in g),
-                profiled=any(_truthy(m.args.get("profiled")) for m in g),
-                mode=modes.pop() if len(modes) == 1 else None,
-            )
-        )
-    return windows
-
-
-def _chosen_markers(markers: list[Span]) -> list[Span]:
-    if not markers:
-        return []
-    best = min(p for p in (marker_priority(m.name) for m in markers) if p is not None)
-    return sorted((m for m in markers if marker_priority(m.name) == best), key=lambda m: m.start_ns)
-
-
-def _marker_step(m: Span) -> int | None:
-    found = {n for k in STEP_KEYS if (n := _int(m.args.get(k))) is not None}
-    return found.pop() if len(found) == 1 else marker_number(m.name) if not found else None
-
-
-def process_windows(markers: list[Span], windows: list[Window]) -> dict[Any, list[tuple[int, int, int]]]:
-    """Per process, its own markers' spans as (start, end, window index): a kernel's step is the
-    step its own rank was in when it launched it (HTA's per-rank iterations), where ranks mark steps."""
-    index = {w.step: i for i, w in enumerate(windows) if w.step is not None}
-    out: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
-    for m in _chosen_markers(markers):
-        n = _marker_step(m)
-        if n in index:
-            out[m.pid].append((m.start_ns, m.end_ns, index[n]))
-    return {pid: sorted(v) for pid, v in out.items()}
 
 
 # ------------------------------------------------------------------------------------ per step
