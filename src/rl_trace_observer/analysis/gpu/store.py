@@ -44,6 +44,15 @@ def decode_ids(raws: list[Any]) -> list[_Ids | None]:
         return out
 
 
+def _ints_at_least(values: list[Any], low: int) -> bool:
+    """Every value an int ≥ ``low`` (checked in C: map, set, min)."""
+    return not values or (set(map(type, values)) <= {int} and min(values) >= low)
+
+
+def _clamped(values: list[int]) -> list[int]:
+    return values if not values or min(values) >= 0 else [v if v > 0 else 0 for v in values]
+
+
 class KernelStore:
     """Columns of GPU events (``k_*``) and of the CPU calls that launched them (``l_*``).
 
@@ -79,7 +88,7 @@ class KernelStore:
         return stored if stored >= 0 else self.others[-1 - stored]
 
     def _ids_of(self, values: list[Any]) -> list[int]:
-        if all(type(v) is int for v in values):
+        if set(map(type, values)) <= {int}:  # C-level checks: the common case costs no Python loop
             return values
         return [v if type(v) is int else self._other(v) for v in values]
 
@@ -113,9 +122,9 @@ class KernelStore:
     ) -> None:
         """As :meth:`extend_kernels`, with ``args.stream`` / ``args.correlation`` already read (the
         shards' loader reads them with Arrow); an event without an integer stream ≥ 0 is untracked."""
-        keep = [i for i, x in enumerate(streams) if type(x) is int and x >= 0]
-        self.untracked += len(streams) - len(keep)
-        if len(keep) < len(streams):
+        if not _ints_at_least(streams, 0):
+            keep = [i for i, x in enumerate(streams) if type(x) is int and x >= 0]
+            self.untracked += len(streams) - len(keep)
             pids, tids, ts_ns, dur_ns, names, categories, streams, corrs = (
                 [col[i] for i in keep]
                 for col in (pids, tids, ts_ns, dur_ns, names, categories, streams, corrs)
@@ -131,9 +140,11 @@ class KernelStore:
         self.k_pid.extend(self._ids_of(pids))
         self.k_tid.extend(self._ids_of(tids))
         self.k_ts.extend(ts_ns)
-        self.k_dur.extend([d if d > 0 else 0 for d in dur_ns])
-        self.k_name.extend([name_ids[n] for n in names])
-        self.k_corr.extend([c if type(c) is int and c >= 0 else -1 for c in corrs])
+        self.k_dur.extend(_clamped(dur_ns))
+        self.k_name.extend(list(map(name_ids.__getitem__, names)))
+        self.k_corr.extend(
+            corrs if _ints_at_least(corrs, 0) else [c if type(c) is int and c >= 0 else -1 for c in corrs]
+        )
         self.k_stream.extend(streams)
 
     def extend_launches(
@@ -153,5 +164,5 @@ class KernelStore:
         self.l_pid.extend(self._ids_of(pids))
         self.l_tid.extend(self._ids_of(tids))
         self.l_ts.extend(ts_ns)
-        self.l_dur.extend([d if d > 0 else 0 for d in dur_ns])
+        self.l_dur.extend(_clamped(dur_ns))
         self.l_corr.extend(corrs)

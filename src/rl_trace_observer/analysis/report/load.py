@@ -227,18 +227,26 @@ def _ns(values: list[Any]) -> list[int]:
     return [round(v * 1000) if 0 <= v < _FAST_US else us_to_ns(v) for v in values]
 
 
+def _texts(values: list[Any]) -> list[str]:
+    return values if set(map(type, values)) <= {str} else [_text(v) for v in values]
+
+
+def _raws(values: list[Any]) -> list[Any]:
+    return [b"{}" if v is UNSET else v for v in values] if UNSET in values else values
+
+
 def _gpu_columns(gpu: KernelStore, kernels: list[Event], launches: list[Event]) -> None:
     """One chunk's Kineto GPU events and launch calls into the kernel store, column-wise."""
     if kernels:
         gpu.extend_kernels(
             [e.pid for e in kernels], [e.tid for e in kernels], _ns([e.ts for e in kernels]),
-            _ns([e.dur or 0 for e in kernels]), [_text(e.name) for e in kernels],
-            [_text(e.cat) for e in kernels], [e.args if e.args is not UNSET else b"{}" for e in kernels],
+            _ns([e.dur or 0 for e in kernels]), _texts([e.name for e in kernels]),
+            _texts([e.cat for e in kernels]), _raws([e.args for e in kernels]),
         )  # fmt: skip
     if launches:
         gpu.extend_launches(
             [e.pid for e in launches], [e.tid for e in launches], _ns([e.ts for e in launches]),
-            _ns([e.dur or 0 for e in launches]), [e.args if e.args is not UNSET else b"{}" for e in launches],
+            _ns([e.dur or 0 for e in launches]), _raws([e.args for e in launches]),
         )  # fmt: skip
 
 
