@@ -420,3 +420,18 @@ def test_compiled_loops_equal_the_python_ones(
     finally:
         native.twin = saved  # type: ignore[assignment]
     assert compiled == python
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 2**40), st.integers(0, 2**44 * 1000).map(lambda ns: ns / 1000),
+                          st.floats(0, 2**50)), max_size=50))  # fmt: skip
+def test_compiled_ns_conversion_equals_the_loaders(values: list[float]) -> None:
+    from rl_trace_observer.analysis.report import load
+    from rl_trace_observer.merge import native
+    from rl_trace_observer.merge.model import us_to_ns
+
+    twin = native.twin("rl_trace_observer.analysis.gpu._gpu_native")
+    if twin is None:
+        pytest.skip("the compiled twin is not built")
+    python = [round(v * 1000) if 0 <= v < load._FAST_US else us_to_ns(v) for v in values]
+    assert list(twin.ns_array(values, us_to_ns)) == python

@@ -151,3 +151,32 @@ def place(
             k = _right(seg[0], t) - 1
             if k >= 0 and t < PyLong_AsLongLong(seg[1][k]):
                 stage[i] = PyLong_AsLongLong(seg[2][k])
+
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+from libc.math cimport rint
+from array import array
+
+cdef double FAST_US = 8589934592.0  # 2**33 µs: below it round(us * 1000) is exact (load._FAST_US)
+
+
+def ns_array(list values, us_to_ns):
+    """µs values (float or int, ≤ 3 decimals) → an ``array('q')`` of exact ns: ``round(v * 1000)``
+    below 2**33 µs (C ``rint`` rounds half to even, as Python's ``round``), else ``us_to_ns(v)``."""
+    cdef Py_ssize_t i, n = len(values)
+    cdef double v
+    cdef object x
+    out = array("q", bytes(8 * n))
+    cdef long long[:] view = out
+    for i in range(n):
+        x = values[i]
+        if type(x) is float:
+            v = PyFloat_AS_DOUBLE(x)
+            if 0 <= v < FAST_US:
+                view[i] = <long long>rint(v * 1000.0)
+                continue
+        elif type(x) is int and 0 <= x < 9223372036854775:
+            view[i] = PyLong_AsLongLong(x) * 1000
+            continue
+        view[i] = us_to_ns(x)
+    return out

@@ -222,9 +222,19 @@ class _Collector:
         self.data.longest = [s for _, _, s in sorted(self._heap, key=lambda it: it[:2], reverse=True)]
 
 
-def _ns(values: list[Any]) -> list[int]:
-    """µs (≤ 3 decimals) → exact ns; below 2**33 µs a product is exact (see _FAST_US): 3x cheaper."""
+def _ns(values: list[Any]) -> Any:
+    """µs (≤ 3 decimals) → exact ns; below 2**33 µs a product is exact (see _FAST_US): 3x cheaper.
+    The GPU loops' compiled twin does it in C into an array (tested equal)."""
+    twin = _twin()
+    if twin is not None:
+        return twin.ns_array(values, us_to_ns)
     return [round(v * 1000) if 0 <= v < _FAST_US else us_to_ns(v) for v in values]
+
+
+def _twin() -> Any:
+    from ...merge import native
+
+    return native.twin("rl_trace_observer.analysis.gpu._gpu_native")
 
 
 def _texts(values: list[Any]) -> list[str]:
