@@ -435,3 +435,26 @@ def test_compiled_ns_conversion_equals_the_loaders(values: list[float]) -> None:
         pytest.skip("the compiled twin is not built")
     python = [round(v * 1000) if 0 <= v < load._FAST_US else us_to_ns(v) for v in values]
     assert list(twin.ns_array(values, us_to_ns)) == python
+
+
+def test_diff_has_gpu_series(hand: tuple[Path, dict[str, Any]]) -> None:
+    from rl_trace_observer.analysis.answers.diff import compare, series
+
+    got = series(hand[1])
+    assert got["trainer/gpu_busy"] == [(450 + 460) / 2 * US]  # the mean over the role's two GPUs
+    assert got["trainer/gpu_idle"] == [(550 + 540) / 2 * US]
+    assert {r["key"] for r in compare(hand[1], hand[1])["rows"]} >= {
+        "trainer/gpu_comm",
+        "trainer/gpu_compute",
+    }
+
+
+def test_gpu_idle_while_and_gpu_bound_path(hand: tuple[Path, dict[str, Any]]) -> None:
+    """Rank 1's GPU sat idle 200 µs while its lane waited for rank 0's log-prob (its peers)."""
+    rows = {r["rank"]: r for r in hand[1]["gpu"]["idle_while"]}
+    assert rows[1]["gpu_idle_ns"] == 540 * US
+    assert rows[1]["while_ns"] == {"update": 40 * US, "waiting_for_peers": 200 * US, "driver": 300 * US}
+    assert sum(rows[0]["while_ns"].values()) == rows[0]["gpu_idle_ns"] == 550 * US
+    segments = [s for p in hand[1]["critical_path"] for s in p["segments"] if s["stage"] != "gap"]
+    assert [(s["name"], s["bound"], s["gpu_busy_ns"]) for s in segments] == [
+        ("actor_compute_log_prob", "host", 100 * US), ("actor_update", "host", 340 * US)]  # fmt: skip
