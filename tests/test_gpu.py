@@ -458,3 +458,16 @@ def test_gpu_idle_while_and_gpu_bound_path(hand: tuple[Path, dict[str, Any]]) ->
     segments = [s for p in hand[1]["critical_path"] for s in p["segments"] if s["stage"] != "gap"]
     assert [(s["name"], s["bound"], s["gpu_busy_ns"]) for s in segments] == [
         ("actor_compute_log_prob", "host", 100 * US), ("actor_update", "host", 340 * US)]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 500), st.integers(1, 30)), max_size=30),
+    st.integers(0, 600),
+    st.integers(0, 200),
+)
+def test_busy_inside_any_window_by_prefix_sums(pieces: list[tuple[int, int]], a: int, width: int) -> None:
+    from rl_trace_observer.analysis.gpu.answers import _Busy
+
+    union = iv.union((s, s + d) for s, d in pieces)
+    assert _Busy(union).covered(a, a + width) == iv.covered(union, a, a + width)

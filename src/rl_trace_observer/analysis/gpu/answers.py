@@ -13,7 +13,9 @@ lane was doing, and whether a critical-path span was kernel-bound.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
+from itertools import accumulate, pairwise
 from typing import Any
 
 from ..report import intervals as iv
@@ -41,6 +43,29 @@ def gpu_series(summary: dict[str, Any], steps: list[Any]) -> dict[str, list[floa
     return out
 
 
+class _Busy:
+    """Sorted, disjoint busy pieces with prefix sums: busy time inside any [a, b) in O(log n), so
+    a few CPU-state intervals are judged against a million kernels without walking them."""
+
+    def __init__(self, pieces: list[iv.Interval]) -> None:
+        self.starts = [s for s, _ in pieces]
+        self.ends = [e for _, e in pieces]
+        self.before = [0, *accumulate(e - s for s, e in pieces)]
+
+    def covered(self, a: int, b: int) -> int:
+        i = bisect.bisect_right(self.ends, a)  # first piece ending after a
+        j = bisect.bisect_left(self.starts, b)  # pieces [i, j) start before b
+        if i >= j:
+            return 0
+        total = self.before[j] - self.before[i]
+        total -= max(a - self.starts[i], 0)
+        total -= max(self.ends[j - 1] - b, 0)
+        return total
+
+    def inside(self, ints: list[iv.Interval]) -> int:
+        return sum(self.covered(a, b) for a, b in ints)
+
+
 def idle_while(
     busy: dict[tuple[Any, int], list[iv.Interval]],
     devices: dict[int, dict[str, Any]],
@@ -57,16 +82,18 @@ def idle_while(
             continue
         step, lo, hi = windows[w]
         d = devices[p]
-        rest = iv.subtract([(lo, hi)], pieces)
-        idle = iv.length(rest)
+        gpu = _Busy(pieces)
+        idle = (hi - lo) - gpu.covered(lo, hi)
         split: dict[str, int] = {}
+        claimed: list[iv.Interval] = []
         for label, ints in lanes.get(d["owner"], []):
-            hit = iv.length(iv.intersect(rest, iv.union(iv.clip(ints, lo, hi))))
+            mine = iv.subtract(iv.union(iv.clip(ints, lo, hi)), claimed)
+            hit = iv.length(mine) - gpu.inside(mine)
             if hit:
                 split[label] = split.get(label, 0) + hit
-                rest = iv.subtract(rest, iv.union(ints))
-        if iv.length(rest):
-            split["unaccounted"] = iv.length(rest)
+            claimed = iv.union(claimed + mine)
+        if idle - sum(split.values()):
+            split["unaccounted"] = idle - sum(split.values())
         out.append({"step": step, "role": d["role"], "rank": d["rank"], "device": d["device"],
                     "gpu_idle_ns": idle, "while_ns": split})  # fmt: skip
     return out
@@ -74,7 +101,7 @@ def idle_while(
 
 def bound_segments(
     paths: list[dict[str, Any]],
-    busy_by_owner: dict[Any, list[iv.Interval]],
+    busy_by_owner: dict[Any, _Busy],
 ) -> None:
     """Mark each critical-path segment with ``gpu_busy_ns`` and ``bound`` (in place)."""
     for path in paths:
@@ -85,9 +112,18 @@ def bound_segments(
                 seg["gpu_busy_ns"], seg["bound"] = None, None
                 continue
             lo = base + seg["start_ns"]
-            got = iv.covered(pieces, lo, lo + seg["dur_ns"])
+            got = pieces.covered(lo, lo + seg["dur_ns"])
             seg["gpu_busy_ns"] = got
             seg["bound"] = "gpu" if seg["dur_ns"] and 100 * got >= BOUND_PCT * seg["dur_ns"] else "host"
+
+
+def _joined(lists: list[list[iv.Interval]]) -> list[iv.Interval]:
+    """The union of sorted, disjoint lists: their concatenation when they follow one another (one
+    device, steps in order — no sort of a million pieces), else a full union."""
+    lists.sort(key=lambda x: x[0][0])
+    if all(a[-1][1] <= b[0][0] for a, b in pairwise(lists)):
+        return [piece for x in lists for piece in x]
+    return iv.union(piece for x in lists for piece in x)
 
 
 def gpu_answers(
@@ -109,8 +145,9 @@ def gpu_answers(
     steps = [StepWindow(step, lo, hi) for step, lo, hi in windows]
     for lane, causes in cause_intervals(work, steps).items():
         lanes[pid_of[lane]] += [(cause, iv.union(ints)) for cause, ints in causes.items() if ints]
-    owner_busy: dict[Any, list[iv.Interval]] = defaultdict(list)
+    owner_busy: dict[Any, list[list[iv.Interval]]] = defaultdict(list)
     for (p, _), pieces in result.busy.items():
-        owner_busy[result.devices[p]["owner"]] += pieces
-    bound_segments(paths, {o: iv.union(v) for o, v in owner_busy.items()})
+        if pieces:
+            owner_busy[result.devices[p]["owner"]].append(pieces)
+    bound_segments(paths, {o: _Busy(_joined(v)) for o, v in owner_busy.items()})
     return idle_while(result.busy, result.devices, list(windows), lanes)
