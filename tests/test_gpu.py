@@ -471,3 +471,17 @@ def test_busy_inside_any_window_by_prefix_sums(pieces: list[tuple[int, int]], a:
 
     union = iv.union((s, s + d) for s, d in pieces)
     assert _Busy(union).covered(a, a + width) == iv.covered(union, a, a + width)
+
+
+def test_three_sessions_repeating_launch_ids_link_by_time() -> None:
+    """A process that restarted its correlation ids three times: each kernel takes the latest
+    launch with its id at or before it (and the index is built in one pass, not per id)."""
+    store = KernelStore()
+    for session in range(3):
+        base = session * 1000
+        for corr in range(1, 4):
+            _add_launch(store, 256, 2, base + corr * 10, 2, corr)
+            _add_kernel(store, 257, 7, base + corr * 10 + 5, 3, GEMM, "kernel",
+                        json.dumps({"stream": 7, "correlation": corr}))  # fmt: skip
+    at = attr.attribute(store, [], [], True)
+    assert list(at.launch_ts) == [s * 1000 + c * 10 for s in range(3) for c in range(1, 4)]

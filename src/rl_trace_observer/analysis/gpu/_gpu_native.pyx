@@ -110,14 +110,18 @@ def place(
     long long[:] stage, pick, long long codes,
 ):
     cdef Py_ssize_t i, n = k_ts.shape[0], k, li, a, b2
-    cdef long long ts, corr, t, code, key
+    cdef long long ts, corr, t, code, key, pid, last_pid = -(1 << 62), last_code = 0
     cdef object got
     cdef list starts, spans, reach
     cdef tuple win, seg
     for i in range(n):
         ts = k_ts[i]
         corr = k_corr[i]
-        code = code_of[k_pid[i]]
+        pid = k_pid[i]
+        if pid != last_pid:  # kernels come in runs of one process: one dict lookup per run
+            last_code = code_of[pid]
+            last_pid = pid
+        code = last_code
         key = corr * codes + code
         got = last.get(key) if corr >= 0 else None
         if got is not None:

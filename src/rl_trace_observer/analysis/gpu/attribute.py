@@ -135,9 +135,14 @@ class _Launches:
         if len(self.last) < n:
             self.first = dict(zip(reversed(keys), range(n - 1, -1, -1)))  # noqa: B905
             l_ts = store.l_ts
-            for k, count in Counter(keys).items():
-                if count > 2:
-                    which = sorted((i for i in range(n) if keys[i] == k), key=l_ts.__getitem__)
+            multi = {k for k, count in Counter(keys).items() if count > 2}
+            if multi:  # three or more sessions: every launch of those ids, found in one pass
+                where: dict[int, list[int]] = defaultdict(list)
+                for i, k in enumerate(keys):
+                    if k in multi:
+                        where[k].append(i)
+                for k, which in where.items():
+                    which.sort(key=l_ts.__getitem__)
                     self.many[k] = ([l_ts[i] for i in which], which)
 
 
