@@ -160,6 +160,8 @@ WHILE_LABELS = {"waiting_for_rollout": "CPU waited for rollout",
 def _while_table(gpu: dict[str, Any]) -> PlainTable | None:
     per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in gpu.get("idle_while") or []:
+        if set(r["while_ns"]) <= {"unaccounted"}:
+            continue  # no CPU lane of the process says anything (a trace without RL-Insight spans)
         per[r["role"]]["*"] += r["gpu_idle_ns"]
         for label, ns in r["while_ns"].items():
             per[r["role"]][label] += ns
