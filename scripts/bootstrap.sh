@@ -1,33 +1,64 @@
 #!/usr/bin/env bash
-# Set up everything the demo and the tests need, idempotently: a .venv with the package and all
-# extras (torch pinned to the local CPU wheel through constraints/torch-cpu.txt), and Debian's
-# chromium-headless-shell for the offline Perfetto engine. Re-running is cheap: a stamp file keyed
-# on pyproject.toml + constraints skips pip when nothing changed.
+# Set up what the tests (default) or only the demo (--demo) need, idempotently, with one line per step.
+#   full:   a .venv with the package and all extras (torch pinned to the local CPU wheel through
+#           constraints/torch-cpu.txt), Debian's chromium-headless-shell for the offline Perfetto
+#           engine, and the TokenSpeed stand-in environment .venv-tokenspeed (scripts/test.sh, CI).
+#   --demo: the package with the extras `rl-trace demo` runs on (demo: ray, rl-insight, viztracer,
+#           torch; shards and sql for the commands it prints next) - no VERL, no Chromium, no
+#           TokenSpeed stand-in (scripts/demo.sh).
+# Re-running is cheap: a stamp file keyed on pyproject.toml + constraints skips pip when nothing
+# changed; a full set-up also satisfies --demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=full
+case "${1:-}" in
+  --demo) mode=demo ;;
+  "") ;;
+  *) echo "usage: bash scripts/bootstrap.sh [--demo]" >&2; exit 2 ;;
+esac
+t0=$SECONDS
+step() { echo "bootstrap [$((SECONDS - t0)) s] $*"; }
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 
-if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
+if [ "$mode" = full ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
+    && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
-    echo "bootstrap: installing chromium-headless-shell (Debian) for the offline Perfetto engine"
+    step "installing chromium-headless-shell (Debian) for the offline Perfetto engine"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
   else
     echo "bootstrap: please run: sudo apt-get install -y chromium-headless-shell" >&2
   fi
 fi
 
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+[ -x .venv/bin/python ] || { step "creating .venv with $PYTHON"; "$PYTHON" -m venv .venv; }
 stamp=.venv/.rl-trace-bootstrap
 want=$(cat pyproject.toml setup.py constraints/*.txt | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "bootstrap: installing rl-trace-observer[all] into .venv (first run takes a few minutes)"
+have=$(cat "$stamp" 2>/dev/null || true)
+# The stamp is "<hash>" after a full set-up (what older scripts wrote too) or "<hash> demo".
+extras=all
+[ "$mode" = demo ] && extras=demo,shards,sql
+if [ "$have" = "$want" ] || { [ "$mode" = demo ] && [ "$have" = "$want demo" ]; }; then
+  need_pip=0
+else
+  need_pip=1
+fi
+# pip's own lines, less the ones that say nothing new (errors and what it fetches stay visible).
+quiet_pip() {
+  grep --line-buffered -v -E '^ *(Requirement already satisfied|Using cached|Obtaining|Preparing|Getting requirements|Checking if build|Installing (build|backend)|Downloading|Stored in|Created wheel|Building wheel for|Building editable)' || true
+}
+if [ "$need_pip" = 1 ]; then
+  pipi=(.venv/bin/python -m pip install --progress-bar off -c constraints/torch-cpu.txt)
+  step "1/3 pip itself"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints/torch-cpu.txt torch==2.13.0
-  .venv/bin/python -m pip install -q -c constraints/torch-cpu.txt -e '.[all]'
-  echo "$want" > "$stamp"
+  step "2/3 torch 2.13.0 (the local CPU wheel)"
+  "${pipi[@]}" -q torch==2.13.0
+  step "3/3 rl-trace-observer[$extras] and its dependencies, with the compiled .pftrace encoder"
+  "${pipi[@]}" -e ".[$extras]" 2>&1 | quiet_pip
+  if [ "$mode" = full ]; then echo "$want" > "$stamp"; else echo "$want demo" > "$stamp"; fi
   rm -f .venv/.rl-trace-native  # built by that install: stamped below without a second build
   touch .venv/.rl-trace-native-fresh
 fi
@@ -41,9 +72,14 @@ if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
-  echo "bootstrap: building the compiled twins (Cython: .pftrace encoder, GPU analysis loops)"
+  step "building the compiled twins (Cython: the .pftrace encoder, the report's GPU loops)"
   .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
+fi
+
+if [ "$mode" = demo ]; then
+  step "done: .venv has what rl-trace demo needs"
+  exit 0
 fi
 
 # The CPU stand-in `tokenspeed serve` (tests/tokenspeed_standin) runs TokenSpeed's real control code in
@@ -53,7 +89,7 @@ fi
 ts_stamp=.venv-tokenspeed/.rl-trace-bootstrap
 ts_want=$(cat tests/tokenspeed_standin/requirements.txt constraints/torch-cpu.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_want" ]; then
-  echo "bootstrap: installing the TokenSpeed stand-in environment into .venv-tokenspeed"
+  step "installing the TokenSpeed stand-in environment into .venv-tokenspeed (tests only)"
   rm -rf .venv-tokenspeed
   "$PYTHON" -m venv --without-pip .venv-tokenspeed
   tspip=(.venv/bin/python -m pip --python .venv-tokenspeed/bin/python install -q -c constraints/torch-cpu.txt)
@@ -62,3 +98,4 @@ if [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_want" ]; then
   "${tspip[@]}" --no-deps tokenspeed==0.1.1 tokenspeed-smg-grpc-proto==0.4.18.post20260920
   echo "$ts_want" > "$ts_stamp"
 fi
+step "done: .venv and .venv-tokenspeed have what the tests need"

@@ -1,6 +1,6 @@
 """``rl-trace diff`` (noise band, ranking, --fail-if exit codes) on hand-built report summaries, the SQL
 ``stage()`` macro against the stage table, and — on the shared demo run — ``rl-trace sql`` re-deriving
-the report's figures with the README's queries, and the report showing every answer."""
+the report's figures with the documented queries (docs/report.md), and the report showing every answer."""
 
 from __future__ import annotations
 
@@ -148,15 +148,15 @@ def _sql(target: Path, query: str) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_sql_rederives_the_report(demo: dict[str, Any]) -> None:
-    """The README's three queries give the report's own numbers, on the shards and on the .json.gz
-    (converted), and the README shows them verbatim."""
+    """The three documented queries give the report's own numbers, on the shards and on the .json.gz
+    (converted), and docs/report.md shows them verbatim."""
     from rl_trace_observer.analysis.answers.sql import EXAMPLES
 
     out: Path = demo["out"]
     report = json.loads((out / "report.json").read_text())
-    readme = (ROOT / "README.md").read_text()
+    docs = (ROOT / "docs" / "report.md").read_text()
     for query in EXAMPLES.values():
-        assert query in readme
+        assert query in docs
     for target in (out / "shards", out / "trace.json.gz"):
         stage_time = {
             (r["step"], r["role"], r["stage"]): r["mean_ns"] for r in _sql(target, EXAMPLES["stage_time"])

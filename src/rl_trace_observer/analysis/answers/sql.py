@@ -39,7 +39,7 @@ from . import report_tables
 
 __all__ = ["EXAMPLES", "SqlError", "open_run", "stage_macro"]
 
-# Report figures re-derived with one query each; the README shows them verbatim and a test runs them
+# Report figures re-derived with one query each; docs/report.md shows them verbatim and a test runs them
 # on the demo run against the report's own numbers.
 EXAMPLES = {
     # steps[].roles[].mean_ns: time per step, role and stage, mean per lane of the role
