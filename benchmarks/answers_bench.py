@@ -75,7 +75,7 @@ def main() -> None:
     doc = json.loads((shards / "rl-trace-shards.json").read_text())
     print(f"{doc['rows']:,} rows in {len(doc['files'])} shard parts, {doc['bytes'] / 1e6:.0f} MB; "
           f"trace {trace.stat().st_size / 1e6:.0f} MB")  # fmt: skip
-    from rl_trace_observer.analysis.answers.sql import EXAMPLES
+    from rl_trace_observer.analysis.query.sql import EXAMPLES
 
     bare = work / "bare.json.gz"  # the same trace without its manifest: sql must convert it
     if not bare.exists():

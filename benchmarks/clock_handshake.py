@@ -35,8 +35,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import ray
 
 from rl_trace_observer.capture.clock import SYSTEM_CLOCK, ShiftedClock, snapshot
-from rl_trace_observer.capture.clock_sync import Exchange, estimate_offset
 from rl_trace_observer.capture.recorder import Recorder
+from rl_trace_observer.common.clock_offsets import Exchange, estimate_offset
 from rl_trace_observer.config import Config
 from rl_trace_observer.integrations.ray import clock_sync as rcs
 

@@ -6,7 +6,7 @@
 
 Merges one run (``benchmarks/gen_run.py`` unless ``--run`` names one) into each format with
 ``rl-trace merge``'s pipeline, then opens each file ``--repeat`` times in one engine
-(:class:`rl_trace_observer.analysis.perfetto.engine.Engine`: the Perfetto UI v52 with its wasm trace
+(:class:`rl_trace_observer.testing.perfetto.engine.Engine`: the Perfetto UI v52 with its wasm trace
 processor, in headless Chromium), in rounds (each file once per round), and prints the median time
 from "open" to "loaded" (fetch, import, the UI's first queries) and the median CPU seconds the browser
 used for it, next to ``.json.gz`` measured in the same run, and the slice/flow counts so equal content
@@ -233,7 +233,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the merged files here (default: a temporary folder)")
     ap.add_argument("--reuse", action="store_true", help="load merged files already in --keep as they are")
     args = ap.parse_args()
-    from rl_trace_observer.analysis.perfetto.engine import Engine
+    from rl_trace_observer.testing.perfetto.engine import Engine
 
     with tempfile.TemporaryDirectory(prefix="load_bench_") as tmp_s:
         tmp = args.keep or Path(tmp_s)

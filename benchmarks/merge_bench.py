@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 
 MERGE_CHILD = """
 import json, resource, sys, time
-from rl_trace_observer.merge import native
+from rl_trace_observer.merge.writers import native
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter(); c0 = time.process_time()

@@ -123,7 +123,7 @@ def perfetto_check(ranks: list[Any], work: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from tests.test_pair_align_perfetto import FLOW_STATS, SCOPE_FLOWS, align_rank, write_merged
 
-    from rl_trace_observer.analysis.perfetto import engine as pe
+    from rl_trace_observer.testing.perfetto import engine as pe
 
     reason = pe.unavailable_reason()
     if reason:

@@ -64,7 +64,7 @@ if [ "$need_pip" = 1 ]; then
 fi
 
 # The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
-# above; rebuild when its source changed, since a twin older than its source is ignored (merge/native.py).
+# above; rebuild when its source changed, since a twin older than its source is ignored (merge/writers/native.py).
 native_stamp=.venv/.rl-trace-native
 native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
   src/rl_trace_observer/analysis/gpu/_gpu_native.pyx | sha256sum | cut -d' ' -f1)

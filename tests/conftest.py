@@ -61,7 +61,7 @@ def merge_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def engine() -> Iterator[Any]:
     """A private real Perfetto engine (wasm trace processor in headless Chromium) for a test module;
     skipped with its reason where Chromium is missing (a failure in CI, see below)."""
-    from rl_trace_observer.analysis.perfetto import engine as pe
+    from rl_trace_observer.testing.perfetto import engine as pe
 
     reason = pe.unavailable_reason()
     if reason:

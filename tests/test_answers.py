@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.analysis.answers import StepWindow, WorkSpan, answer_sections
+from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.answers.arrivals import arrivals, sentence
 from rl_trace_observer.analysis.answers.critical_path import critical_paths
 from rl_trace_observer.analysis.answers.idle import CAUSES, idle_and_goodput
-from rl_trace_observer.analysis.report import intervals as iv
 from rl_trace_observer.analysis.report.stages import classify
 
 W = StepWindow(7, 10_000, 11_000)  # one step: 1000 ns, not starting at 0

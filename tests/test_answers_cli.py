@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from rl_trace_observer.analysis.answers import diff as d
+from rl_trace_observer.analysis.query import diff as d
 from rl_trace_observer.analysis.report.stages import classify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_diff_cli_exit_codes_and_outputs(tmp_path: Path) -> None:
     usage = cli("diff", str(a), str(b), "--fail-if", "update=10")
     assert usage.returncode == 2 and "expected KEY>VALUE" in usage.stderr
     missing = cli("diff", str(a), str(tmp_path / "nope.json.gz"))
-    assert missing.returncode == 1 and "nope.json.gz" in missing.stderr
+    assert missing.returncode == 2 and "nope.json.gz" in missing.stderr  # a usage error everywhere
 
 
 # -------------------------------------------------------------------------------------------- sql
@@ -122,7 +122,7 @@ def test_diff_cli_exit_codes_and_outputs(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_sql_stage_macro_is_the_stage_table(names: list[str]) -> None:
     duckdb = pytest.importorskip("duckdb")
-    from rl_trace_observer.analysis.answers.sql import stage_macro
+    from rl_trace_observer.analysis.query.sql import stage_macro
 
     con = duckdb.connect()
     con.execute(stage_macro())
@@ -136,7 +136,7 @@ def test_sql_errors_are_one_line(tmp_path: Path) -> None:
     proc = cli("sql", str(not_trace), "SELECT 1")
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and "x.txt" in proc.stderr
     proc = cli("sql", str(tmp_path / "missing"), "SELECT 1")
-    assert proc.returncode == 1 and "missing" in proc.stderr
+    assert proc.returncode == 2 and "missing" in proc.stderr  # a usage error everywhere
 
 
 # ------------------------------------------------------------------------------- the demo run
@@ -150,7 +150,7 @@ def _sql(target: Path, query: str) -> list[dict[str, Any]]:
 def test_sql_rederives_the_report(demo: dict[str, Any]) -> None:
     """The three documented queries give the report's own numbers, on the shards and on the .json.gz
     (converted), and docs/report.md shows them verbatim."""
-    from rl_trace_observer.analysis.answers.sql import EXAMPLES
+    from rl_trace_observer.analysis.query.sql import EXAMPLES
 
     out: Path = demo["out"]
     report = json.loads((out / "report.json").read_text())
@@ -258,7 +258,7 @@ PATH_FLOWS_SQL = (
 def test_critical_path_drawn_into_the_trace_opens_in_perfetto(
     demo: dict[str, Any], tmp_path: Path, source: str
 ) -> None:
-    engine = pytest.importorskip("rl_trace_observer.analysis.perfetto.engine")
+    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.capture.clock_sync import OffsetPoint
+from rl_trace_observer.common.clock_offsets import OffsetPoint
 from rl_trace_observer.merge.clock.causality import (
     MAX_DETAILED,
     check_durations,

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.capture import Recorder
-from rl_trace_observer.capture.clock_sync import estimate_offset
+from rl_trace_observer.common.clock_offsets import estimate_offset
 from rl_trace_observer.config import Config
 from rl_trace_observer.merge.clock.hosts import ClockPlan, plan
 

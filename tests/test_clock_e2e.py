@@ -36,10 +36,10 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("rl_insight")
 
-from rl_trace_observer.analysis.perfetto import engine as perfetto_engine  # noqa: E402
 from rl_trace_observer.capture import configure  # noqa: E402
 from rl_trace_observer.config import Config  # noqa: E402
 from rl_trace_observer.integrations.ray import clock_sync as rcs  # noqa: E402
+from rl_trace_observer.testing.perfetto import engine as perfetto_engine  # noqa: E402
 
 from .conftest import merge_cli  # noqa: E402
 

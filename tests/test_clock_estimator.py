@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trace_observer.capture.clock import ShiftedClock, snapshot
-from rl_trace_observer.capture.clock_sync import (
+from rl_trace_observer.common.clock_offsets import (
     DEFAULT_JUMP_TOLERANCE_NS,
     Exchange,
     Extrapolation,

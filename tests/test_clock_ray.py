@@ -182,7 +182,7 @@ def _perfetto_alignment(
     tmp: Path, spans: dict[str, int], fix_c: Any, fix_b: Any, real: int, bound: int
 ) -> None:
     """The corrected spans, written as Chrome JSON, line up in the real Perfetto engine."""
-    from rl_trace_observer.analysis.perfetto import engine as perfetto_engine
+    from rl_trace_observer.testing.perfetto import engine as perfetto_engine
 
     reason = perfetto_engine.unavailable_reason()
     if reason:

@@ -23,13 +23,13 @@ from rl_trace_observer.cluster.gather import NodeRun, Receiver
 from rl_trace_observer.cluster.keys import Placement, for_node, job_key
 from rl_trace_observer.cluster.node import NodeJob, convert, inventory
 from rl_trace_observer.cluster.store import Store, StoreError
-from rl_trace_observer.merge.clock.choice import clock_plan
+from rl_trace_observer.merge.files.sources import Source
 from rl_trace_observer.merge.options import MergeOptions
-from rl_trace_observer.merge.pipeline import _base_hint
+from rl_trace_observer.merge.pipeline.clock import clock_plan
+from rl_trace_observer.merge.pipeline.jobs import build_jobs
+from rl_trace_observer.merge.pipeline.orchestrate import base_hint
 from rl_trace_observer.merge.plan.build import apply_records_to_artifacts, order_processes, plan_sources
 from rl_trace_observer.merge.plan.selection import Selection, select
-from rl_trace_observer.merge.plan.sources import Source
-from rl_trace_observer.merge.run.execute import build_jobs
 
 from .conftest import ROOT, clean_env
 from .corpus.cluster_run import build_cluster_run
@@ -60,7 +60,7 @@ def _plan(dirs: dict[str, Path], shards: str) -> tuple[list[tuple[Any, str]], di
     apply_records_to_artifacts(plan)
     order_processes(plan)
     clock = clock_plan(plan, "auto")
-    jobs = build_jobs(plan, clock, "json.gz", _base_hint(plan), windows, opts, lambda s: estimates[s.url])
+    jobs = build_jobs(plan, clock, "json.gz", base_hint(plan), windows, opts, lambda s: estimates[s.url])
     return [(job, job_key(job, where, True)) for job in jobs], where
 
 

@@ -127,7 +127,7 @@ def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str,
 @pytest.mark.perfetto
 @pytest.mark.parametrize("name", ["trace.pftrace", "trace.json.gz"])
 def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
-    engine = pytest.importorskip("rl_trace_observer.analysis.perfetto.engine")
+    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.gpu import attribute as attr
 from rl_trace_observer.analysis.gpu import breakdown
 from rl_trace_observer.analysis.gpu.section import analyze
 from rl_trace_observer.analysis.gpu.store import KernelStore
-from rl_trace_observer.analysis.report import intervals as iv
 from rl_trace_observer.analysis.report.output import summarize
 from rl_trace_observer.analysis.report.stages import guessable
 
@@ -135,7 +135,7 @@ def test_hand_built_trace_gives_exact_ns(hand: tuple[Path, dict[str, Any]]) -> N
 
 def test_sql_tables_equal_the_report(hand: tuple[Path, dict[str, Any]]) -> None:
     pytest.importorskip("duckdb")
-    from rl_trace_observer.analysis.answers.sql import open_run
+    from rl_trace_observer.analysis.query.sql import open_run
 
     path, summary = hand
     with open_run(path) as db:
@@ -218,7 +218,7 @@ def test_profiler_only_traces_get_honest_reports(tmp_path: Path) -> None:
 def test_sql_steps_and_stage_spans_are_the_reports_on_hta_2rank(tmp_path: Path) -> None:
     """issue 29 item 8: a profiler-only trace's SQL tables hold what the report shows."""
     pytest.importorskip("duckdb")
-    from rl_trace_observer.analysis.answers.sql import open_run
+    from rl_trace_observer.analysis.query.sql import open_run
 
     merged = _merged("hta-2rank", tmp_path)
     shards = tmp_path / "hta-2rank-shards"
@@ -377,7 +377,7 @@ def test_compiled_loops_equal_the_python_ones(
 ) -> None:
     """``_gpu_native`` (built by setup.py) against the reference Python loops, on the same kernels —
     repeated launch ids included (two profiler sessions restart them)."""
-    from rl_trace_observer.merge import native
+    from rl_trace_observer.merge.writers import native
 
     twin = native.twin("rl_trace_observer.analysis.gpu._gpu_native")
     if twin is None:
@@ -427,8 +427,8 @@ def test_compiled_loops_equal_the_python_ones(
                           st.floats(0, 2**50)), max_size=50))  # fmt: skip
 def test_compiled_ns_conversion_equals_the_loaders(values: list[float]) -> None:
     from rl_trace_observer.analysis.report import load
-    from rl_trace_observer.merge import native
-    from rl_trace_observer.merge.model import us_to_ns
+    from rl_trace_observer.merge.timeline.model import us_to_ns
+    from rl_trace_observer.merge.writers import native
 
     twin = native.twin("rl_trace_observer.analysis.gpu._gpu_native")
     if twin is None:
@@ -438,7 +438,7 @@ def test_compiled_ns_conversion_equals_the_loaders(values: list[float]) -> None:
 
 
 def test_diff_has_gpu_series(hand: tuple[Path, dict[str, Any]]) -> None:
-    from rl_trace_observer.analysis.answers.diff import compare, series
+    from rl_trace_observer.analysis.query.diff import compare, series
 
     got = series(hand[1])
     assert got["trainer/gpu_busy"] == [(450 + 460) / 2 * US]  # the mean over the role's two GPUs

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rl_trace_observer.analysis.perfetto import engine as pe
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
+from rl_trace_observer.testing.perfetto import engine as pe
 from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_profile
 
 FLOW_STATS = "select name, value from stats where name like 'flow%' and value > 0"

@@ -9,11 +9,12 @@ import zlib
 import pytest
 from msgspec import UNSET, Raw
 
-from rl_trace_observer.merge import compress, identity
+from rl_trace_observer.merge.files import compress
+from rl_trace_observer.merge.formats import format_for
+from rl_trace_observer.merge.formats.base import ReadContext, ReadResult
 from rl_trace_observer.merge.manifest.document import problem_summary
-from rl_trace_observer.merge.model import Event, ProcessKey, us_to_ns
-from rl_trace_observer.merge.readers import reader_for
-from rl_trace_observer.merge.readers.base import ReadContext, ReadResult
+from rl_trace_observer.merge.timeline import identity
+from rl_trace_observer.merge.timeline.model import Event, ProcessKey, us_to_ns
 from rl_trace_observer.merge.transform import passes
 
 T0 = 1_700_000_000_000_000_000
@@ -133,7 +134,7 @@ def test_link_scopes_ends_on_the_proton_scope_and_links_within_the_rank() -> Non
 
 
 def test_remap_identity_gpu_lanes_under_owner_and_threads_per_source() -> None:
-    kineto = reader_for("torch")
+    kineto = format_for("torch")
     res = ReadResult(
         process_labels={0: "GPU 0", 1234: "CPU"}, thread_names={(1234, 1234): "thread 1234 (python)"}
     )

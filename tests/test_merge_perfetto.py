@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from rl_trace_observer.analysis.perfetto import engine as pe
 from rl_trace_observer.capture.identity import hostname
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
+from rl_trace_observer.testing.perfetto import engine as pe
 
 from .corpus.real_run import build_real_run
 from .corpus.recorded import record_process

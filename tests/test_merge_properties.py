@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.merge.model import us_to_ns
+from rl_trace_observer.merge.formats import format_for
+from rl_trace_observer.merge.formats.base import ReadContext
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
-from rl_trace_observer.merge.readers import reader_for
-from rl_trace_observer.merge.readers.base import ReadContext
+from rl_trace_observer.merge.timeline.model import us_to_ns
 
 BASE = 1_790_857_026_000_000_000  # a Kineto-style anchor (floored wall clock)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,7 +61,7 @@ def _chrome(kind: str, events: list[tuple[str, int, int, int]], pid: int) -> byt
 @SETTINGS
 @given(kind=st.sampled_from(["torch", "viztracer", "proton"]), events=x_events)
 def test_chrome_readers_keep_exact_ns_and_order(kind: str, events: list[tuple[str, int, int, int]]) -> None:
-    res = reader_for(kind).read(_chrome(kind, events, 0 if kind == "proton" else 77), ReadContext("f", "f"))
+    res = format_for(kind).read(_chrome(kind, events, 0 if kind == "proton" else 77), ReadContext("f", "f"))
     assert res.dropped == 0 and res.anchor_ns == BASE
     assert [(e.name, e.ts, e.dur, e.tid) for e in res.events] == [
         (n, BASE + t, d, tid) for n, t, d, tid in events
@@ -73,7 +73,7 @@ def test_chrome_readers_keep_exact_ns_and_order(kind: str, events: list[tuple[st
 def test_legacy_kineto_absolute_microseconds_are_exact(events: list[tuple[str, int, int, int]]) -> None:
     epoch = 1_700_000_000_000_000_000
     raw = ",".join(_x_json(n, 5, tid, us(epoch + ts), us(dur)) for n, ts, dur, tid in events)
-    res = reader_for("torch").read(
+    res = format_for("torch").read(
         (f'{{"schemaVersion":1,"traceEvents":[{raw}]}}').encode(), ReadContext("f", "f")
     )
     assert [e.ts for e in res.events] == [epoch + ts for _, ts, _, _ in events]
@@ -106,10 +106,10 @@ def test_rl_insight_log_exact_and_cut_last_line(spans: list[tuple[str, int, int]
         for n, t, d in spans
     ]
     whole = b"\n".join(lines) + b"\n"
-    res = reader_for("rl_insight").read(whole, ReadContext("f", "f"))
+    res = format_for("rl_insight").read(whole, ReadContext("f", "f"))
     assert [(e.name, e.ts, e.dur) for e in res.events] == spans and res.complete
     partial = whole[: -1 - min(cut, len(lines[-1]))]  # the writer died inside the last line
-    res = reader_for("rl_insight").read(partial, ReadContext("f", "f"))
+    res = format_for("rl_insight").read(partial, ReadContext("f", "f"))
     assert [(e.name, e.ts) for e in res.events] == [(n, t) for n, t, _ in spans[:-1]] and not res.complete
 
 

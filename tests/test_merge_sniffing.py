@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rl_trace_observer.merge.files.sources import HEAD_BYTES, discover, read_head
+from rl_trace_observer.merge.formats import sniff
 from rl_trace_observer.merge.pipeline import merge
-from rl_trace_observer.merge.plan.sources import HEAD_BYTES, discover, read_head
-from rl_trace_observer.merge.readers import sniff
 
 T0_NS = 1_760_000_000_000_000_000
 _KINETO_KEYS = ("schemaVersion", "deviceProperties", "baseTimeNanoseconds", "traceName", "metadata")

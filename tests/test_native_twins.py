@@ -26,10 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from rl_trace_observer.merge import native
-from rl_trace_observer.merge.model import Event
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
+from rl_trace_observer.merge.timeline.model import Event
+from rl_trace_observer.merge.writers import native
 from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter
 
 ROOT = Path(__file__).resolve().parents[1]

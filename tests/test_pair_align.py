@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.capture.clock_sync import OffsetPoint
+from rl_trace_observer.common.clock_offsets import OffsetPoint
 from rl_trace_observer.merge.clock.model import Correction
 from rl_trace_observer.merge.clock.pair_events import (
     match_keyed,
@@ -482,8 +482,8 @@ def test_min_drift_pairs_is_respected() -> None:
 def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
     from msgspec import Raw
 
-    from rl_trace_observer.merge.clock.pair_apply import proton_scope_starts_of
-    from rl_trace_observer.merge.model import Event
+    from rl_trace_observer.merge.formats.proton.pairing import proton_scope_starts_of
+    from rl_trace_observer.merge.timeline.model import Event
 
     def events(ts: list[float | int]) -> list[Event]:
         return [
@@ -505,7 +505,7 @@ def test_glue_reads_scope_starts_from_merge_events_raw_or_deferred() -> None:
 
 def test_glue_converts_stage_events_for_stage_pairs() -> None:
     from rl_trace_observer.merge.clock.pair_apply import as_span_dicts
-    from rl_trace_observer.merge.model import Event
+    from rl_trace_observer.merge.timeline.model import Event
 
     torch_events = [
         Event(ph="X", cat="user_annotation", name="actor_update", ts=10.5, dur=80.25),
@@ -523,8 +523,7 @@ def test_glue_converts_stage_events_for_stage_pairs() -> None:
 
 
 def test_glue_stacks_the_pair_correction_under_the_host_correction() -> None:
-    from rl_trace_observer.merge.clock.pair_apply import stack
-    from rl_trace_observer.merge.transform.passes import IDENTITY, TimeCorrection
+    from rl_trace_observer.merge.clock.correction import IDENTITY, TimeCorrection, stack
 
     host_const = TimeCorrection(offset_ns=-3 * MS, method="aligned")  # host 3 ms ahead: subtract it
     host_line = TimeCorrection(

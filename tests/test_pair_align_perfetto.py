@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-from rl_trace_observer.analysis.perfetto import engine as pe
 from rl_trace_observer.merge.clock.pair_events import tokenspeed_pairs
 from rl_trace_observer.merge.clock.pairs import PairAlignment, align_pairs
-from rl_trace_observer.merge.model import us_to_ns
+from rl_trace_observer.merge.timeline.model import us_to_ns
+from rl_trace_observer.testing.perfetto import engine as pe
 from rl_trace_observer.testing.tokenspeed import RankFiles, TokenSpeedSpec, write_profile
 
 pytestmark = pytest.mark.perfetto

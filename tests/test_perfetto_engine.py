@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rl_trace_observer.analysis.perfetto import engine as pe
+from rl_trace_observer.testing.perfetto import engine as pe
 
 pytestmark = pytest.mark.perfetto
 

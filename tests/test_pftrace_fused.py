@@ -5,23 +5,27 @@ structs; :class:`PftraceWriter` (the reference, kept for rare events) is fed the
 normalised dicts, a thread at a time (in the order threads first appear), each in the merge's order,
 with the same fan-out marks. Any difference in nesting, overlap drops, zero-length slices, flow
 binding, interning or args would show up as different bytes; the equality to the JSON output in
-the Perfetto engine is pinned by tests/test_merge_perfetto.py and tests/test_real_traces.py.
+the Perfetto engine is pinned by tests/test_merge_perfetto.py and tests/test_real_traces.py (and here
+for flows that tie across threads, where the two writers once disagreed).
 """
 
 from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from rl_trace_observer.merge.model import Event
+from rl_trace_observer.merge.timeline.model import Event
 from rl_trace_observer.merge.writers.pftrace import PftraceWriter
 from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter, _order, event_dict, fan_ends
+from rl_trace_observer.testing.perfetto import engine as pe
 
 _ARGS = [UNSET, msgspec.Raw(b'{"a": 1,\n "b": "x"}'), msgspec.Raw(b"{}"), msgspec.Raw(b'{"u": "\\u00e9"}')]
 # Args as sources write them, for the typed encoding (and its JSON fallback) to agree in both writers:
@@ -103,9 +107,47 @@ def _write(events: list[Event], fused: bool) -> bytes:
     return buf.getvalue()
 
 
+# Fan-out ids were paired in the merge's order across threads, the file's order is thread after thread:
+# at one ns, tid 1's second end met tid 2's start first and lost its arrow (found by hypothesis).
+_CROSS_THREAD_TIE = [
+    *[(1, 0, 0, "a", UNSET, UNSET, None)] * 9,
+    (1, 0, 0, "a", UNSET, UNSET, ("s", 0, 1)),
+    (1, 0, 0, "a", UNSET, UNSET, ("f", 0, 1)),
+    (2, 0, 0, "a", UNSET, UNSET, ("s", 0, 1)),
+    (1, 0, 0, "a", UNSET, UNSET, ("f", 0, 1)),
+]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_slice, max_size=60))
+@example(_CROSS_THREAD_TIE)
+@example(_CROSS_THREAD_TIE[-4:])
 def test_fused_writer_bytes_equal_the_dict_writer(rows: list[tuple[Any, ...]]) -> None:
     copy = msgspec.structs.replace
     reference = _write([copy(e) for e in _events(rows)], fused=False)
     assert _write([copy(e) for e in _events(rows)], fused=True) == reference
+
+
+@pytest.mark.perfetto
+def test_cross_thread_tie_keeps_every_arrow_the_json_output_shows(engine: pe.Engine, tmp_path: Path) -> None:
+    """Perfetto decides: the fused ``.pftrace`` of the tie shows the JSON output's arrows (its second
+    start, a duplicate id, is ignored there: both ends link from the first start's thread)."""
+    copy = msgspec.structs.replace
+    events = _events(_CROSS_THREAD_TIE[-4:])
+    pf = tmp_path / "tie.pftrace"
+    pf.write_bytes(_write([copy(e) for e in events], fused=True))
+    for e in events:  # the JSON writer's times: µs from the base (0 here)
+        e.ts /= 1000  # type: ignore[operator]
+        if e.dur is not UNSET:
+            e.dur /= 1000
+    js = tmp_path / "tie.json"
+    js.write_bytes(msgspec.json.encode({"traceEvents": events}))
+    sql = (
+        "select ta.tid, tb.tid from flow f join slice so on so.id = f.slice_out "
+        "join thread_track a on so.track_id = a.id join thread ta on ta.utid = a.utid "
+        "join slice si on si.id = f.slice_in join thread_track b on si.track_id = b.id "
+        "join thread tb on tb.utid = b.utid order by 1, 2"
+    )
+    got, ref = engine.load(pf, [sql]), engine.load(js, [sql])
+    assert got.ok, got.summary()
+    assert got.query(sql).rows == ref.query(sql).rows == ((1, 1), (1, 1))

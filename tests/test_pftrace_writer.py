@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis.perfetto import engine as pe
 from rl_trace_observer.merge.writers import _pbwire as wire
 from rl_trace_observer.merge.writers.pftrace import PftraceWriter, stable_id, write_pftrace
+from rl_trace_observer.testing.perfetto import engine as pe
 
 BASE = 1_700_000_000_000_000_000  # epoch ns: relative times stay small, absolute ones exceed 2**53
 SLICES_SQL = (

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis.report import intervals as iv
+from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.report.compute import SCHEMA, build_summary
 from rl_trace_observer.analysis.report.inputs import artifacts_section, clock_section
 from rl_trace_observer.analysis.report.load import TraceError, load_trace, split_labels
@@ -645,7 +645,8 @@ def test_cli_report(tmp_path: Path) -> None:
 
 def test_cli_errors(tmp_path: Path) -> None:
     res = _cli("report", str(tmp_path / "missing.json"))
-    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "missing.json" in res.stderr
+    # a missing input is a usage error in every subcommand (cli/errors.py)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "missing.json" in res.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     res = _cli("report", str(bad))

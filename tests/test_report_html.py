@@ -20,7 +20,7 @@ from rl_trace_observer.analysis.report.output import summarize, write_outputs
 
 from .test_report import XSS, fixture_manifest, write_fixture
 
-browser_mod = pytest.importorskip("rl_trace_observer.analysis.perfetto.browser")
+browser_mod = pytest.importorskip("rl_trace_observer.testing.perfetto.browser")
 
 
 class Page:

@@ -17,9 +17,13 @@ from hypothesis import strategies as st
 from rl_trace_observer import config as config_mod
 from rl_trace_observer.capture import requests as rq
 from rl_trace_observer.capture.recorder import Recorder
-from rl_trace_observer.merge.model import Event
+from rl_trace_observer.merge.formats.rl_insight.requests import (
+    COUNTER_NAME,
+    in_flight_counters,
+    request_events,
+)
+from rl_trace_observer.merge.timeline.model import Event
 from rl_trace_observer.merge.transform.passes import RUN_FLOW_BIT, PassContext, namespace_ids, run_flow_id
-from rl_trace_observer.merge.transform.requests import COUNTER_NAME, in_flight_counters, request_events
 
 from .conftest import merge_cli
 

@@ -26,14 +26,15 @@ from hypothesis import strategies as st
 
 from rl_trace_observer.analysis.report.output import summarize
 from rl_trace_observer.cli.main import main as cli_main
-from rl_trace_observer.merge.identity import ProcessDecl, ThreadDecl
-from rl_trace_observer.merge.model import Event, ProcessKey
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge, merge_steps
-from rl_trace_observer.merge.shards import schema, view
+from rl_trace_observer.merge.shards import schema
 from rl_trace_observer.merge.shards.dataset import Shards
 from rl_trace_observer.merge.shards.sink import ShardSink
 from rl_trace_observer.merge.shards.spec import ProcMeta, ShardSpec
+from rl_trace_observer.merge.timeline.identity import ProcessDecl, ThreadDecl
+from rl_trace_observer.merge.timeline.model import Event, ProcessKey
+from rl_trace_observer.merge.views import view
 
 from .conftest import ROOT, clean_env
 from .corpus.cluster_run import ACTOR_PID, OFFSET_NS, build_cluster_run

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trace_observer.analysis.perfetto import engine as pe
+from rl_trace_observer.testing.perfetto import engine as pe
 from rl_trace_observer.testing.tokenspeed import (
     GPU_LANE_BASE,
     MIN_DURATION_US,

@@ -214,7 +214,7 @@ def _pid_of(pname: str) -> int:
 
 @pytest.mark.perfetto
 def test_merged_timeline_lines_up_in_perfetto(run: Run, merged: Path) -> None:
-    from rl_trace_observer.analysis.perfetto.engine import shared_engine, unavailable_reason
+    from rl_trace_observer.testing.perfetto.engine import shared_engine, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:
@@ -316,7 +316,7 @@ where s.category = 'rl_trace.request_phase'
 
 @pytest.mark.perfetto
 def test_request_flows_and_weight_sync_in_perfetto(run: Run, merged: Path) -> None:
-    from rl_trace_observer.analysis.perfetto.engine import shared_engine, unavailable_reason
+    from rl_trace_observer.testing.perfetto.engine import shared_engine, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:

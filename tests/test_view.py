@@ -28,7 +28,8 @@ from rl_trace_observer.analysis.view_server import (
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     p = tmp_path / "run one.pftrace"  # a space: the URL must quote it
-    p.write_bytes(os.urandom(3 << 20) + bytes(range(256)))  # > one copy chunk, every byte value
+    # > one copy chunk, every byte value; it starts as a Trace.packet does (view refuses non-traces)
+    p.write_bytes(b"\x0a" + os.urandom(3 << 20) + bytes(range(256)))
     return p
 
 
@@ -137,4 +138,5 @@ def test_cli_missing_file(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert res.returncode == 1 and "nope.pftrace" in res.stderr and res.stderr.count("\n") == 1
+    # a missing input is a usage error in every subcommand (cli/errors.py)
+    assert res.returncode == 2 and "nope.pftrace" in res.stderr and res.stderr.count("\n") == 1

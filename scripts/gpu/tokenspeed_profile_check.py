@@ -141,7 +141,7 @@ def main() -> int:
     manifest = json.loads(Path(f"{merged}.manifest.json").read_text())
     bad = [p for p in manifest["problems"] if "tokenspeed" in str(p.get("path", ""))]
     check(not bad, f"no manifest problem for the profile files ({bad[:3]})")
-    from rl_trace_observer.analysis.perfetto.engine import Engine, unavailable_reason
+    from rl_trace_observer.testing.perfetto.engine import Engine, unavailable_reason
 
     reason = unavailable_reason()
     if reason:

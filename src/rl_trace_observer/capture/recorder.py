@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as config_mod
+from ..common.atomic import write_atomic
+from ..common.encoding import dumps_line, dumps_pretty
 from . import identity
-from .atomic import write_atomic
 from .clock import SYSTEM_CLOCK, Clock, snapshot
-from .encoding import dumps_line, dumps_pretty
 from .event_log import EventLog
 
 _dumps_line = dumps_line  # module-global lookup is cheaper than attribute access on the hot path

@@ -44,8 +44,8 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+from ..common.encoding import dumps_line as _dumps_line
 from .clock import wall_minus_mono_ns as wall_minus_mono
-from .encoding import dumps_line as _dumps_line
 from .recorder import Recorder, get_recorder
 
 __all__ = [

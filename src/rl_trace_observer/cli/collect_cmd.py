@@ -77,7 +77,7 @@ def _convert(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("collect")
+    @app.command("collect", short_help="Copy every node's RL_TRACE_OUTPUT_DIR over Ray into one place.")
     def collect_command(
         to: str = typer.Option(
             ..., "--to", help="Directory or fsspec URL (s3://, gs://, file://) to collect into."
@@ -123,7 +123,9 @@ def register(app: typer.Typer) -> None:
         """Collect RL_TRACE_OUTPUT_DIR from every node of a live Ray cluster into TO/<run_id>/<node>/."""
         from ..integrations.ray.collect import collect
         from ..integrations.ray.collect_expect import AmbiguousRun
+        from .errors import check_output
 
+        check_output(to.removeprefix("file://"), "--to", directory=True)
         err = Console(stderr=True)
         try:
             import ray  # noqa: F401

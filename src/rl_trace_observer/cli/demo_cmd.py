@@ -6,6 +6,10 @@ it runs, then the report's tables, where every output is and exactly how to open
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -59,6 +63,22 @@ class _Phases:
             self._progress.stop()
 
 
+def rl_trace_command(path_env: str | None = None) -> tuple[str, str | None]:
+    """How a user types this very ``rl-trace``: the bare name when the shell's PATH finds it, else its
+    path (``scripts/demo.sh`` runs ``.venv/bin/rl-trace``, which is not on the PATH until activated),
+    with a hint to put it there."""
+    exe = Path(sys.executable).parent / "rl-trace"
+    if not exe.exists():
+        return "rl-trace", None
+    found = shutil.which("rl-trace", path=path_env if path_env is not None else os.environ.get("PATH"))
+    if found is not None and Path(found).resolve() == exe.resolve():
+        return "rl-trace", None
+    with contextlib.suppress(ValueError):
+        shown = exe.relative_to(Path.cwd())
+        return str(shown), f"or `source {shown.parent / 'activate'}` once, then type rl-trace"
+    return str(exe), f"or `source {exe.parent / 'activate'}` once, then type rl-trace"
+
+
 def _print_outputs(out: Any, console: Console) -> None:
     def say(text: str, style: str = "") -> None:
         console.print(Text(text, style=style), soft_wrap=True)  # paths must stay whole to be copied
@@ -79,17 +99,20 @@ def _print_outputs(out: Any, console: Console) -> None:
     row("collected copy (over Ray)", out.collected_dir)
     for note in out.notes:
         say(f"  note: {note}", "yellow")
+    cmd, hint = rl_trace_command()
     say("\nHow to open them", "bold")
+    if hint is not None:
+        say(f"  (rl-trace is {cmd}: {hint})", "dim")
     say(f'  1. https://ui.perfetto.dev → "Open trace file" → {out.pftrace}')
-    say(f"  2. rl-trace view {out.pftrace}    (serves it on 127.0.0.1 and prints a deep link)")
+    say(f"  2. {cmd} view {out.pftrace}    (serves it on 127.0.0.1 and prints a deep link)")
     say(f"  3. the report: open file://{out.report_html} in a browser, or")
-    say(f"     rl-trace report {out.json_trace} --html report.html --json report.json")
-    say(f"  4. the critical path drawn in: rl-trace report {out.json_trace} -q --critical-path path.json.gz")
+    say(f"     {cmd} report {out.json_trace} --html report.html --json report.json")
+    say(f"  4. the critical path drawn in: {cmd} report {out.json_trace} -q --critical-path path.json.gz")
     if out.shards is not None:
         query = "SELECT step, role, stage, sum(dur_ns) FROM stage_spans GROUP BY ALL"
-        say(f'  5. SQL: rl-trace sql {out.shards} "{query}"')
+        say(f'  5. SQL: {cmd} sql {out.shards} "{query}"')
     if out.report_json is not None:
-        say(f"  6. compare a later run: rl-trace diff {out.report_json} NEW_RUN --fail-if 'update>+10%'")
+        say(f"  6. compare a later run: {cmd} diff {out.report_json} NEW_RUN --fail-if 'update>+10%'")
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in out.timings.items())
     say(f"\nTook {timings}.", "dim")
 
@@ -104,7 +127,7 @@ def _missing_packages() -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo")
+    @app.command("demo", short_help="Run the embedded demo end to end on a local Ray cluster.")
     def demo_command(
         out: str | None = typer.Option(
             None,
@@ -137,6 +160,9 @@ def register(app: typer.Typer) -> None:
         out_dir = Path(out) if out else default_out_dir()
         if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
             raise typer.BadParameter(f"{out_dir} exists and is not an empty directory", param_hint="--out")
+        from .errors import check_output
+
+        check_output(str(out_dir), "--out", directory=True)
         cfg = DemoConfig(steps=steps, mode=mode, profile_steps=(min(profile_step, steps),))
         err = Console(stderr=True)
         try:

@@ -1,5 +1,5 @@
 """``rl-trace diff A B [--fail-if EXPR]``: per stage and role, the change in time per step between two
-runs, with a noise band; a CI gate (a thin shell over :mod:`rl_trace_observer.analysis.answers.diff`)."""
+runs, with a noise band; a CI gate (a thin shell over :mod:`rl_trace_observer.analysis.query.diff`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("diff")
+    @app.command("diff", short_help="Compare two runs per stage and role, against the noise.")
     def diff_command(
         a: str = typer.Argument(
             ..., metavar="A", help="Baseline: a report JSON, a merged trace, shards or a run."
@@ -34,10 +34,14 @@ def register(app: typer.Typer) -> None:
         """Compare two runs: per stage and role, time per step in A and B, the change and its noise."""
         from rich.console import Console
 
-        from ..analysis.answers import diff as d
-        from ..analysis.answers import diff_render as r
-        from ..capture.atomic import write_atomic
+        from ..analysis.query import diff as d
+        from ..analysis.query import diff_render as r
+        from ..common.atomic import write_atomic
+        from .errors import check_output, make_parent, require_inputs
 
+        require_inputs(a, b)
+        check_output(html, "--html")
+        check_output(json_path, "--json")
         try:
             thresholds = [d.Threshold.parse(t) for t in fail_if or []]
         except d.DiffError as exc:
@@ -56,6 +60,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: no steps to compare in {a} and {b} (no stage spans?)", err=True)
             raise typer.Exit(1)
         try:
+            make_parent(html)
+            make_parent(json_path)
             if html:
                 write_atomic(Path(html), r.html(result).encode("utf-8"))
             if json_path:
@@ -64,7 +70,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: cannot write the diff ({exc})", err=True)
             raise typer.Exit(1) from None
         if not quiet:
-            Console().print(r.terminal(result))
+            console = Console()
+            console.print(r.terminal(result, width=console.width))
         for path in (html, json_path):
             if path:
                 typer.echo(f"wrote {path}", err=True)

@@ -92,7 +92,7 @@ def _ray(output: str, opts: Any, inputs: list[str] | None, split_steps: bool, cl
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("merge")
+    @app.command("merge", short_help="Merge every trace of a run into one Perfetto timeline.")
     def merge_command(
         inputs: Annotated[
             list[str] | None,
@@ -104,7 +104,9 @@ def register(app: typer.Typer) -> None:
         output: str = typer.Option(
             ..., "-o", "--output", help="Output: .pftrace.gz, .pftrace, .json.gz or .json."
         ),
-        manifest: str | None = typer.Option(None, "--manifest", help="Manifest path [OUTPUT.manifest.json]."),
+        manifest: str | None = typer.Option(
+            None, "--manifest", help="Manifest path (default: OUTPUT.manifest.json)."
+        ),
         run: str | None = typer.Option(None, "--run", help="Only this run id."),
         step: Annotated[
             list[str] | None, typer.Option("--step", help="Step N or range A-B (repeatable).")
@@ -120,7 +122,9 @@ def register(app: typer.Typer) -> None:
         clock_tolerance_us: float = typer.Option(
             1000.0, "--clock-tolerance-us", min=0.0, help="Clock error above which hosts are reported."
         ),
-        workers: int | None = typer.Option(None, "--workers", min=0, help="Worker processes [2]; 0: none."),
+        workers: int | None = typer.Option(
+            None, "--workers", min=0, help="Worker processes (default: 2); 0: none."
+        ),
         shards: str | None = typer.Option(
             None, "--shards", help="Also write span shards (Parquet rows, for reports and views) here."
         ),
@@ -148,7 +152,11 @@ def register(app: typer.Typer) -> None:
         from ..merge.options import MergeOptions, UsageError
         from ..merge.pipeline import merge, merge_steps
         from ..merge.plan.selection import parse_steps, parse_time_window
+        from .errors import check_output
 
+        check_output(output, "-o/--output")
+        check_output(manifest, "--manifest")
+        check_output(shards, "--shards", directory=True)
         try:
             opts = MergeOptions(
                 run=run,

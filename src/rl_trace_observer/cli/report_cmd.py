@@ -10,10 +10,13 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("report")
+    @app.command("report", short_help="Where each step's time went: terminal, HTML and JSON.")
     def report_command(
         input: str = typer.Argument(
-            ..., metavar="INPUT", help="A merged trace (.json, .json.gz) or a run directory to merge first."
+            ...,
+            metavar="INPUT",
+            help="A merged trace (.json.gz, .json; a .pftrace whose merge wrote --shards), span shards "
+            "(merge --shards DIR) or a run directory to merge first.",
         ),
         html: str | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         json_path: str | None = typer.Option(
@@ -38,9 +41,16 @@ def register(app: typer.Typer) -> None:
         from ..analysis.report.load import TraceError
         from ..analysis.report.output import summarize, write_outputs
         from ..analysis.report.terminal import render
+        from .errors import check_output, make_parent, require_inputs
 
+        require_inputs(input)
+        check_output(html, "--html")
+        check_output(json_path, "--json")
+        check_output(critical_path, "--critical-path")
         try:
             summary = summarize(input, manifest=manifest)
+            for path in (html, json_path, critical_path):
+                make_parent(path)
             written = write_outputs(summary, html=html, json_path=json_path)
         except (InputError, TraceError) as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -54,16 +64,22 @@ def register(app: typer.Typer) -> None:
             render(summary, Console(), top=top)
         for path in written:
             typer.echo(f"wrote {path}", err=True)
+        if summary["source"].get("read_error"):
+            typer.echo(
+                f"warning: {summary['source']['read_error']}; reported on what the merge kept "
+                f"(rl-trace merge {input} -o FILE.json.gz keeps it too)",
+                err=True,
+            )
         if not summary["steps"]:
             typer.echo("warning: no RL-Insight stage spans or known stage names in this trace", err=True)
         if critical_path:  # the file that shows what the report just found
             typer.echo(f"next: rl-trace view {critical_path}", err=True)
-        elif Path(input).is_file():
+        elif Path(input).is_file() and not summary["source"].get("read_error"):
             typer.echo(f"next: rl-trace view {input}", err=True)
 
 
 def _draw_path(input: str, summary: dict[str, Any], output: Path) -> Path:
-    from ..analysis.answers.highlight import merged_json, write_with_path
+    from ..analysis.query.highlight import merged_json, write_with_path
     from ..analysis.report.inputs import InputError
 
     try:

@@ -1,5 +1,5 @@
 """``rl-trace sql INPUT "SELECT …"``: DuckDB over the span table (a thin shell over
-:mod:`rl_trace_observer.analysis.answers.sql_format`)."""
+:mod:`rl_trace_observer.analysis.query.sql_format`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ import typer
 TABLES_HELP = """Tables: spans (every merged event, docs/FORMATS.md §6), trace (base_ns, source); the
 report's own rows, built when the query names them: steps (step, start_ns, end_ns, dur_ns), stage_spans
 (run, host, pid, role, rank, step, lane, name, stage, category, ts_ns, dur_ns, end_ns, source, args),
-kernels (one row per GPU kernel: step, rank, device, stream, name, kind, ts_ns, dur_ns, launch_ts_ns,
-stage, …) and gpu_time (the report's gpu.rows: busy, compute, comm, memory, overlap, idle and its split
-per scope, step, role, rank, device, stage); macro stage(name)."""
+kernels (one row per GPU kernel: step, host, rank, role, device, stream, name, kind, ts_ns, dur_ns,
+launch_ts_ns, stage, stage_name, rule, correlation, trace_pid, trace_tid) and gpu_time (the report's
+gpu.rows: busy, compute, comm, memory, overlap, idle and its split per scope, step, role, rank, device,
+stage); macro stage(name)."""
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("sql", epilog=TABLES_HELP)
+    @app.command(
+        "sql", epilog=TABLES_HELP, short_help="Query the run's span table with SQL (DuckDB, offline)."
+    )
     def sql_command(
         input: str = typer.Argument(
             ...,
@@ -30,30 +33,42 @@ def register(app: typer.Typer) -> None:
         ),
         as_csv: bool = typer.Option(False, "--csv", help="Print CSV (every row)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON array of objects (every row)."),
-        output: str | None = typer.Option(None, "--output", "-o", help="Write CSV/JSON here instead."),
+        output: str | None = typer.Option(
+            None, "--output", "-o", help="Write CSV/JSON here instead (.csv or .json: the format too)."
+        ),
     ) -> None:
         """Query the run's flat span table with SQL (DuckDB, offline)."""
-        from ..analysis.answers.sql import SqlError
-        from ..analysis.answers.sql_format import query as run_query
-        from ..analysis.answers.sql_format import to_csv, to_json, to_rich
+        from ..analysis.query.sql import SqlError
+        from ..analysis.query.sql_format import query as run_query
+        from ..analysis.query.sql_format import to_csv, to_json, to_rich
         from ..analysis.report.load import TraceError
+        from .errors import check_output, make_parent, require_inputs
 
         if as_csv and as_json:
             typer.echo("error: give --csv or --json, not both", err=True)
             raise typer.Exit(2)
-        if output and not (as_csv or as_json):
-            typer.echo("error: --output needs --csv or --json", err=True)
-            raise typer.Exit(2)
+        if output and not (as_csv or as_json):  # the suffix says which
+            as_csv, as_json = output.lower().endswith(".csv"), output.lower().endswith(".json")
+            if not (as_csv or as_json):
+                typer.echo(
+                    f"error: --output {output}: name a .csv or .json file, or give --csv or --json", err=True
+                )
+                raise typer.Exit(2)
+        require_inputs(input)
+        check_output(output, "-o/--output")
         try:
             result = run_query(input, query)
         except (SqlError, TraceError) as exc:
             typer.echo(f"error: {input}: {exc}" if str(input) not in str(exc) else f"error: {exc}", err=True)
             raise typer.Exit(1) from None
+        for note in result.notes:
+            typer.echo(f"note: {note}", err=True)
         if as_csv or as_json:
             data = to_csv(result).encode() if as_csv else to_json(result)
             if output:
-                from ..capture.atomic import write_atomic
+                from ..common.atomic import write_atomic
 
+                make_parent(output)
                 write_atomic(Path(output), data)
                 typer.echo(f"wrote {output} ({len(result.rows)} rows)", err=True)
             else:
@@ -62,4 +77,5 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        Console().print(to_rich(result))
+        console = Console()
+        console.print(to_rich(result, width=console.width))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import __version__
-from ..merge.plan.sources import Source
+from ..merge.files.sources import Source
+from ..merge.formats import format_for
 from ..merge.run.jobs import Job, Task
 from .node import NodeJob, local_source
 
@@ -56,7 +57,7 @@ def _task_view(t: Task, where: Mapping[str, Placement]) -> tuple[Any, ...]:
         t.anchor_ns,
         t.namespace,
         t.correction,
-        file(t.stage_log),
+        file(t.partner),
     )
 
 
@@ -101,17 +102,16 @@ def for_node(key: str, job: Job, where: Mapping[str, Placement]) -> tuple[NodeJo
     node = node_of(job, where)
     tasks = []
     for t in job.tasks:
-        stage_log = t.stage_log
-        if stage_log is not None:
-            p = where.get(stage_log.url)
+        partner = t.partner
+        if partner is not None:
+            p = where.get(partner.url)
             if p is None or p.node_id != node:
-                notes.append(
-                    f"{t.source.url}: its RL-Insight log {stage_log.url} is on another node: not aligned"
-                )
-                stage_log = None
+                label = format_for(t.kind).partner_label
+                notes.append(f"{t.source.url}: its {label} {partner.url} is on another node: not aligned")
+                partner = None
             else:
-                stage_log = p.source()
-        tasks.append(replace(t, source=where[t.source.url].source(), stage_log=stage_log))
+                partner = p.source()
+        tasks.append(replace(t, source=where[t.source.url].source(), partner=partner))
     local.tasks = tasks
     if job.shards is not None:
         local.shards = replace(job.shards, tag=key)

@@ -17,24 +17,22 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from ..integrations.ray.collect import SurveyedNode, connect, on_each_node, survey
-from ..integrations.ray.collect_copy import _one_line
+from ..integrations.ray.collect_copy import one_line
 from ..integrations.ray.collect_dest import safe_name
 from ..integrations.ray.collect_expect import AmbiguousRun, dead_node_reports
-from ..merge.manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
-from ..merge.manifest.fill import fill_manifest
-from ..merge.model import Problem
-from ..merge.options import MergeOptions, MergeResult, UsageError, output_format
-from ..merge.pipeline import _MAX_REBASES, _base_hint, _effective_windows, _floor_s
-from ..merge.plan.build import Prepared, apply_records_to_artifacts, order_processes, plan_sources
-from ..merge.plan.selection import Selection, select
-from ..merge.plan.sources import Source
-from ..merge.run.execute import build_jobs
+from ..merge.files.sources import Source
+from ..merge.options import MergeOptions, MergeResult, UsageError
+from ..merge.pipeline.orchestrate import Inventory, Located, run_merge
+from ..merge.plan.build import Prepared
 from ..merge.run.jobs import Job
+from ..merge.run.stitch import RunState, Stitcher
+from ..merge.timeline.model import Problem, Rebase
 from . import node as node_side
-from .assemble import NothingKept, assemble
+from .assemble import linked_piece
 from .gather import NodeRun, gather
 from .keys import Placement, for_node, job_key, node_of
 from .node import JobDone, NodeJob, display_url
@@ -84,7 +82,7 @@ def _inventory(ray: Any, leaders: list[SurveyedNode], runs: dict[str, NodeRun], 
         if isinstance(answer, BaseException) or answer is None:
             run.status, run.error = (
                 "lost",
-                f"inventory failed: {_one_line(answer or RuntimeError('no answer'))}",
+                f"inventory failed: {one_line(answer or RuntimeError('no answer'))}",
             )
             continue
         run.bytes_received += len(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
@@ -103,13 +101,6 @@ def _inventory(ray: Any, leaders: list[SurveyedNode], runs: dict[str, NodeRun], 
     return out
 
 
-def _check(output: str) -> tuple[str, Path]:
-    fmt = output_format(output)
-    if "://" in output:
-        raise UsageError(f"{output}: the output must be a local path")
-    return fmt, Path(output)
-
-
 def ray_merge(
     output: str, options: MergeOptions | None = None, cluster: ClusterOptions | None = None
 ) -> MergeResult:
@@ -118,18 +109,106 @@ def ray_merge(
 
     Raises :class:`UsageError` for bad arguments (several runs and no ``options.run``, no Ray);
     node failures are in the manifest (``cluster.nodes``, problems of kind ``node``)."""
-    opts, copts = options or MergeOptions(), cluster or ClusterOptions()
-    fmt, out = _check(output)
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs Ray: pip install 'rl-trace-observer[ray]'") from None
-    joined = connect(ray, copts.address)
-    try:
-        return _ray_merge(ray, fmt, out, opts, copts)
-    finally:
-        if joined:
-            ray.shutdown()
+    return run_merge(RayNodes(cluster or ClusterOptions()), output, options or MergeOptions())
+
+
+class RayNodes:
+    """The merge's executor on a Ray cluster: each node's files found, planned from and converted on
+    that node (the steps are in this package's docstring); the driver stitches what comes back."""
+
+    def __init__(self, copts: ClusterOptions) -> None:
+        self.copts = copts
+        self.started = time.monotonic()
+        self.ray: Any = None
+        self.joined = False
+        self.sv: Any = None
+        self.runs: dict[str, NodeRun] = {}
+        self.facts = _Plan([], {}, {}, {}, {})
+        self.opts = MergeOptions()
+        self.out = Path()
+        self.keyed: list[tuple[Job, str]] = []
+        self.results: dict[str, JobDone] = {}
+        self.missing: list[Job] = []
+
+    def __enter__(self) -> RayNodes:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.joined:
+            self.ray.shutdown()
+
+    def locate(self, output: str, opts: MergeOptions) -> Located:
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--ray needs Ray: pip install 'rl-trace-observer[ray]'") from None
+        self.ray, copts = ray, self.copts
+        self.joined = connect(ray, copts.address)
+        overrides = {k: str(v) for k, v in copts.node_output_dirs.items()}
+        try:
+            sv = survey(ray, _default_dir(copts), overrides, opts.run, lambda _run: [], copts.list_timeout_s)
+        except AmbiguousRun as exc:
+            raise UsageError(str(exc)) from None
+        self.sv = sv
+        self.out = Path(output.replace("{run_id}", sv.run_id))
+        if opts.shards:
+            opts = replace(opts, shards=opts.shards.replace("{run_id}", sv.run_id))
+        self.opts = opts
+        self.runs = {
+            n.report.node_id: NodeRun(n.report.label, n.report.node_id, n.report.hostname) for n in sv.leaders
+        }
+        inputs = [f"ray:{n.report.label}:{n.report.output_dir}" for n in sv.leaders]
+        for n in sv.leaders:
+            if n.report.status in ("lost", "unreachable"):
+                run = self.runs[n.report.node_id]
+                run.status, run.error = n.report.status, "; ".join(n.report.notes)
+        return Located(self.out, opts, inputs, _options_dict(opts, copts), _survey_problems(sv))
+
+    def inventory(self) -> Inventory:
+        self.facts = _inventory(self.ray, self.sv.leaders, self.runs, self.copts.list_timeout_s)
+        return Inventory(self.facts.sources, self.facts.prepared)
+
+    def estimate(self, src: Source) -> int:
+        return self.facts.estimates.get(src.url, src.size)
+
+    def run(self, jobs: list[Job], stitch: Stitcher, problems: list[Problem]) -> RunState:
+        """Run what the store lacks on the nodes; re-base when an event lies below the base; stitch
+        the stored pieces in plan order (hard-linked out of the store: it keeps them for a re-run
+        until the merge is complete)."""
+        shards = Path(self.opts.shards) if self.opts.shards else None
+        store = Store(self.out, shards)
+        keyed = self.keyed = [(job, job_key(job, self.facts.where, shards is not None)) for job in jobs]
+        results = self.results = _run_nodes(
+            self.ray, keyed, self.facts, self.runs, store, self.copts, problems
+        )
+        failed = [d for d in results.values() if d.error]
+        if failed:
+            raise RuntimeError("; ".join(_job_error(d, keyed) for d in failed[:3]))
+        low = _lowest(results, stitch.base)
+        if low is not None:
+            raise Rebase(low)
+        done = [(key, results[key]) for _, key in keyed if key in results and results[key].result is not None]
+        self.missing = [job for job, key in keyed if key not in results or results[key].result is None]
+        with stitch.output() as add:
+            for key, d in done:
+                assert d.result is not None
+                add(d.result, [linked_piece(store, key, d)] if d.piece_size else [])
+        return stitch.state
+
+    def report(self, manifest: dict[str, Any], problems: list[Problem], failed: bool) -> None:
+        if not failed:
+            problems.extend(_node_problems(self.missing, self.runs, self.facts.where))
+        jobs, missing = (0, 0) if failed else (len(self.keyed), len(self.missing))
+        run_id = self.sv.run_id if self.sv is not None else ""
+        manifest["cluster"] = _cluster_section(run_id, self.runs, self.started, jobs, missing)
+
+    def finished(self, manifest: dict[str, Any], written: bool) -> None:
+        if written and self.opts.shards:
+            manifest["shards"]["complete"] = not self.missing
+        if written and not self.missing:
+            Store(self.out, Path(self.opts.shards) if self.opts.shards else None).clear()
 
 
 def _default_dir(copts: ClusterOptions) -> str | None:
@@ -139,114 +218,6 @@ def _default_dir(copts: ClusterOptions) -> str | None:
 
     cfg_dir = config_mod.load().output_dir
     return str(cfg_dir) if cfg_dir else None
-
-
-def _ray_merge(ray: Any, fmt: str, out: Path, opts: MergeOptions, copts: ClusterOptions) -> MergeResult:
-    started = time.monotonic()
-    overrides = {k: str(v) for k, v in copts.node_output_dirs.items()}
-    try:
-        sv = survey(ray, _default_dir(copts), overrides, opts.run, lambda _run: [], copts.list_timeout_s)
-    except AmbiguousRun as exc:
-        raise UsageError(str(exc)) from None
-    out = Path(str(out).replace("{run_id}", sv.run_id))
-    if opts.shards:
-        opts = replace(opts, shards=opts.shards.replace("{run_id}", sv.run_id))
-    manifest_path = Path(opts.manifest) if opts.manifest else manifest_path_for(out)
-    leaders = sv.leaders
-    runs = {n.report.node_id: NodeRun(n.report.label, n.report.node_id, n.report.hostname) for n in leaders}
-    inputs = [f"ray:{n.report.label}:{n.report.output_dir}" for n in leaders]
-    manifest = new_manifest(str(out), fmt, inputs, _options_dict(opts, copts))
-    problems: list[Problem] = _survey_problems(sv)
-    for n in leaders:
-        if n.report.status in ("lost", "unreachable"):
-            runs[n.report.node_id].status, runs[n.report.node_id].error = (
-                n.report.status,
-                "; ".join(n.report.notes),
-            )
-    try:
-        facts = _inventory(ray, leaders, runs, copts.list_timeout_s)
-        plan = plan_sources(facts.sources, facts.prepared)
-        problems.extend(plan.problems)
-        plan.problems = problems
-        windows = select(plan, Selection(opts.run, opts.steps, opts.roles))
-        apply_records_to_artifacts(plan)
-        order_processes(plan)
-        state, jobs, results = _convert(ray, fmt, out, opts, copts, plan, windows, facts, runs, manifest)
-        fill_manifest(manifest, plan, state)
-    except Exception as exc:  # the manifest still says what was read and where it broke
-        problems.append(Problem("incomplete", str(out), f"merge failed: {type(exc).__name__}: {exc}"))
-        manifest["status"] = "failed"
-        manifest["cluster"] = _cluster_section(sv.run_id, runs, started)
-        set_problems(manifest, problems)
-        manifest["elapsed_s"] = round(time.monotonic() - started, 3)
-        write_manifest(manifest_path, manifest)
-        return MergeResult(str(out), str(manifest_path), manifest, 1, problems)
-    missing = [job for job, key in jobs if key not in results or results[key].result is None]
-    problems.extend(_node_problems(missing, runs, facts.where))
-    manifest["cluster"] = _cluster_section(sv.run_id, runs, started, len(jobs), len(missing))
-    set_problems(manifest, problems)
-    written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
-    manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
-    if written and opts.shards:
-        from ..merge.shards.document import finish
-
-        finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
-        manifest["shards"]["complete"] = not missing
-    manifest["elapsed_s"] = round(time.monotonic() - started, 3)
-    write_manifest(manifest_path, manifest)
-    if written and not missing:
-        Store(out, Path(opts.shards) if opts.shards else None).clear()
-    code = 0 if written and not (opts.strict and manifest["problems"]) else 1
-    return MergeResult(str(out), str(manifest_path), manifest, code, problems)
-
-
-def _convert(
-    ray: Any,
-    fmt: str,
-    out: Path,
-    opts: MergeOptions,
-    copts: ClusterOptions,
-    plan: Any,
-    windows: Any,
-    facts: _Plan,
-    runs: dict[str, NodeRun],
-    manifest: dict[str, Any],
-) -> tuple[Any, list[tuple[Job, str]], dict[str, JobDone]]:
-    """Plan the jobs, run what the store lacks on the nodes, stitch; re-plan the base if needed."""
-    from ..merge.clock.choice import clock_plan
-
-    clock = clock_plan(plan, opts.clock_mode, opts.clock_tolerance_us)
-    plan.problems.extend(clock.problems)
-    manifest["timeline"]["clock"] = clock.section
-    shards = Path(opts.shards) if opts.shards else None
-    store = Store(out, shards)
-    base = _base_hint(plan)
-    replans: list[dict[str, int]] = []
-    for _ in range(_MAX_REBASES + 1):
-        eff = _effective_windows(windows, opts.time_window, base)
-        jobs = build_jobs(
-            plan, clock, fmt, base, eff, opts, estimate=lambda s: facts.estimates.get(s.url, s.size)
-        )
-        keyed = [(job, job_key(job, facts.where, shards is not None)) for job in jobs]
-        results = _run_nodes(ray, keyed, facts, runs, store, copts, plan)
-        failed = [d for d in results.values() if d.error]
-        if failed:
-            raise RuntimeError("; ".join(_job_error(d, keyed) for d in failed[:3]))
-        low = _lowest(results, base)
-        if low is not None:
-            replans.append({"planned_base_ns": base, "earliest_event_ns": low})
-            base = _floor_s(low)
-            continue
-        if replans:
-            manifest["timeline"]["base_replanned"] = replans
-        try:
-            done = assemble(out, fmt, plan, clock, base, keyed, results, store)
-            state = done.state
-        except NothingKept as nothing:
-            state = nothing.state
-        plan.problems.extend(clock.check_causality(plan, state.outcomes))
-        return state, keyed, results
-    raise RuntimeError("could not find a timeline base below every event")
 
 
 def _lowest(results: dict[str, JobDone], base: int) -> int | None:
@@ -270,7 +241,7 @@ def _run_nodes(
     runs: dict[str, NodeRun],
     store: Store,
     copts: ClusterOptions,
-    plan: Any,
+    problems: list[Problem],
 ) -> dict[str, JobDone]:
     results: dict[str, JobDone] = {}
     todo: dict[str, list[NodeJob]] = {}
@@ -286,7 +257,7 @@ def _run_nodes(
             run.reused += 1
             continue
         item, notes = for_node(key, job, facts.where)
-        plan.problems.extend(Problem("clock", job.tasks[0].source.url, n) for n in notes)
+        problems.extend(Problem("clock", job.tasks[0].source.url, n) for n in notes)
         todo.setdefault(node_id or "", []).append(item)
     if copts.on_phase is not None:
         copts.on_phase(
@@ -311,7 +282,7 @@ def _run_nodes(
                 chunk=copts.chunk_size,
                 in_flight=copts.in_flight,
                 stall_timeout_s=copts.stall_timeout_s,
-                one_line=_one_line,
+                one_line=one_line,
             )
             for node_id, items in todo.items()
         ]

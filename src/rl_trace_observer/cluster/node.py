@@ -30,13 +30,12 @@ from typing import Any
 
 from ..capture.identity import hostname
 from ..integrations.ray.collect_node import MemoryWatch
-from ..merge.model import Rebase
+from ..merge.files.sources import Source, decompressed_size
+from ..merge.files.spill import Spilled
 from ..merge.plan.build import Prepared, prepare
-from ..merge.plan.sources import Source
-from ..merge.run.execute import INFLIGHT_BYTES, _estimate
-from ..merge.run.jobs import Job, JobResult
+from ..merge.run.jobs import INFLIGHT_BYTES, Job, JobResult
 from ..merge.run.worker import init_worker, run_job
-from ..merge.writers.spill import Spilled
+from ..merge.timeline.model import Rebase
 
 CHUNK_BYTES = 8 << 20
 HEARTBEAT_S = 10.0  # while a long job runs, well inside any stall timeout
@@ -75,7 +74,7 @@ def inventory(root: str, files: list[list[Any]], label: str) -> dict[str, Any]:
     facts = []
     for rel, size, _mtime in files:
         src = local_source(root, rel, label, int(size))
-        facts.append(FileFacts(rel, int(size), _estimate(src), prepare(src)))
+        facts.append(FileFacts(rel, int(size), decompressed_size(src), prepare(src)))
         mem.sample()
     return {"host": hostname(), "files": facts, "memory": mem.report()}
 

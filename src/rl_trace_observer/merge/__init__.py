@@ -1,15 +1,55 @@
-"""Every artifact of a run → one Perfetto timeline. The entry is :func:`.pipeline.merge`.
+"""Every artifact of a run → one Perfetto timeline: ``rl_trace_observer.merge(inputs, output, options)``.
 
-Where an event goes, in order:
+An event goes one way, source → format → transform → writer:
 
-- ``plan/``       find the input files, sniff what each is, link them to their processes, select;
-- ``clock/``      decide each host's correction (and each artifact's, on partners in its process);
-- ``run/``        jobs in worker processes: for each file of a job —
-- ``readers/``      decode its format onto the absolute ns timeline,
+- ``files/``      find the input files and read each exactly once (sha256 and inflate in one pass);
+- ``formats/``    one folder or module per input format, found through one registry: sniffing, the
+                  planning hints, the read onto the timeline, its clock probe, partner and counts;
+- ``plan/``       what each file is, which process owns it, what to merge;
+- ``clock/``      each host's correction, pair estimates for per-artifact alignment, causality checks;
+- ``run/``        a job: read its files, align them on their partners, then —
 - ``transform/``    correct, filter, remap identities, drop what cannot nest, namespace flow ids,
-- ``writers/``      serialise (Chrome JSON, Perfetto protobuf) into pieces the parent streams out;
-- ``manifest/``   what went in, what came out, what went wrong.
+- ``writers/``      serialise (Chrome JSON, Perfetto protobuf) into pieces; ``run/stitch`` joins them;
+- ``shards/``     every kept event also as a row of the span table (``--shards``);
+- ``manifest/``   what went in, what came out, what went wrong;
+- ``views/``      outputs written from span shards instead of the inputs;
+- ``pipeline/``   THE merge, given an executor: this machine's process pool here, a Ray cluster's
+                  nodes in :mod:`rl_trace_observer.cluster`.
 
-``model``, ``identity``, ``options`` and ``compress`` are the shared vocabulary: events and
-identities, merged pid/tid numbers, what a merge is asked for, and the gzip codec.
+``timeline/`` is the vocabulary they share (events, identities, times) and ``options`` what a merge is
+asked for. ``tests/test_package_hygiene.py`` ranks these folders: each imports only lower ones.
+
+This package is callable — ``rl_trace_observer.merge(inputs, output, options)`` — and importing it
+imports nothing else (the merger loads on the first call). For type checkers, the same function is
+:func:`rl_trace_observer.api.merge`.
 """
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .options import MergeOptions, MergeResult
+
+__all__ = ["merge"]
+
+
+def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
+    """Merge files, directories (recursively) or fsspec URLs into ``output`` on this machine
+    (:func:`.pipeline.local.merge`)."""
+    from .pipeline.local import merge as merge_here
+
+    return merge_here(inputs, output, options)
+
+
+class _CallableModule(ModuleType):
+    """``rl_trace_observer.merge(...)`` calls :func:`merge` (a module's class may be swapped for a
+    subclass of ModuleType: the supported way to give a module behaviour)."""
+
+    def __call__(self, inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
+        return merge(inputs, output, options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Problem
+from .timeline.model import Problem
 
 FORMATS = {".pftrace": "pftrace", ".pftrace.gz": "pftrace.gz", ".json.gz": "json.gz", ".json": "json"}
 

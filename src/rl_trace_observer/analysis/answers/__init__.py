@@ -1,9 +1,10 @@
 """Answers on top of the timeline: idle time with a cause and goodput (:mod:`.idle`), stragglers by
-arrival (:mod:`.arrivals`), the critical path with what-ifs (:mod:`.critical_path`), SQL over the span
-table (:mod:`.sql`) and run-to-run diffs (:mod:`.diff`).
+arrival (:mod:`.arrivals`), the critical path with what-ifs (:mod:`.critical_path`), VERL's own timing
+metrics against the spans (:mod:`.verl_metrics`), on interval arithmetic (:mod:`.intervals`).
 
 Each answer is a pure function of the same flat input (:mod:`.model`: stage spans and step windows),
-so the report, tests with hand-built rows and ``rl-trace sql`` all agree.
+so the report (which shows them), tests with hand-built rows and ``rl-trace sql``
+(:mod:`..query.sql`) all agree. Nothing here imports the report.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..report import intervals as iv
+from . import intervals as iv
 from .model import OVERHEAD, PRODUCTIVE, ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds
 
 CAUSES = (

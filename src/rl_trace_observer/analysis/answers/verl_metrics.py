@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..report import intervals as iv
+from . import intervals as iv
 from .model import StepWindow, WorkSpan
 
 THRESHOLD_PCT = 5.0

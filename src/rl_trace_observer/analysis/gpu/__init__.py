@@ -7,5 +7,8 @@
 - :mod:`.breakdown`: busy / idle / overlap figures of one set of kernels (HTA's definitions);
 - :mod:`.section`: the report's ``gpu`` section and the ``kernels`` / ``gpu_time`` SQL rows (one
   computation for both);
-- :mod:`.render`, :mod:`.answers`: tables, the chart, and what the answers and ``diff`` take from it.
+- :mod:`.answers`: what the answers and ``diff`` take from it.
+
+Below the report (which shows it: ``report/gpu_tables.py``) and above the answers' interval
+arithmetic; the SQL tables over it are ``query/report_tables.py``.
 """

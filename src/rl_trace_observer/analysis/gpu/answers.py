@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from itertools import accumulate, pairwise
 from typing import Any
 
-from ..report import intervals as iv
+from ..answers import intervals as iv
 
 __all__ = ["BOUND_PCT", "SERIES", "bound_segments", "gpu_series", "idle_while"]
 
@@ -127,7 +128,7 @@ def _joined(lists: list[list[iv.Interval]]) -> list[iv.Interval]:
 
 
 def gpu_answers(
-    work: list[Any], windows: list[Any], result: Any, paths: list[dict[str, Any]]
+    work: list[Any], windows: Sequence[Any], result: Any, paths: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """``gpu.idle_while`` rows, and the critical path's segments marked ``bound`` (in place).
     ``work``: the answers' :class:`..answers.model.WorkSpan` rows; ``result``: a ``GpuResult``."""

@@ -13,7 +13,7 @@ Rules, in order (the report counts the kernels each one placed):
 A kernel no stage span covers gets stage ``none``; one outside every step window, step ``None``.
 Several launches with one id in a process (two profiler sessions): the latest at or before the
 kernel. "Same process" in a merged trace: a GPU sub-process's pid with its low 8 bits cleared is
-its owner (:mod:`rl_trace_observer.merge.identity`); a trace we did not merge is one process.
+its owner (:mod:`rl_trace_observer.merge.timeline.identity`); a trace we did not merge is one process.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def attribute(
     )  # fmt: skip
     wins = [(w.starts, w.spans, w.reach) for w in by_code_windows]
     segs = [(g.starts, g.ends, g.ids) if g is not None else None for g in by_code_segments]
-    from ...merge import native
+    from ...merge.writers import native
 
     loops = native.twin(NATIVE_TWIN) or sys.modules[__name__]
     loops.place(

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from ..report import intervals as iv
+from ..answers import intervals as iv
 from .attribute import UNKNOWN, Attribution
 from .kinds import COMM, COMPUTE
 from .store import KernelStore
@@ -151,7 +151,7 @@ def edge_waits(
 
 def _loops() -> Any:
     """The compiled twin of :func:`union_pass` / :func:`edge_waits` when built, else this module."""
-    from ...merge import native
+    from ...merge.writers import native
 
     return native.twin(NATIVE_TWIN) or sys.modules[__name__]
 

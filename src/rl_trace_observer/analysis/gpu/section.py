@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..report import intervals as iv
+from ..answers import intervals as iv
 from .attribute import NONE, RULES, UNKNOWN, Attribution, StageSpan, attribute, owner_of
 from .breakdown import KERNEL_WAIT_BELOW_NS, Columns, columns, figures, stream_idle, top_kernels
 from .store import KernelStore

@@ -125,10 +125,11 @@ class KernelStore:
         if not _ints_at_least(streams, 0):
             keep = [i for i, x in enumerate(streams) if type(x) is int and x >= 0]
             self.untracked += len(streams) - len(keep)
-            pids, tids, ts_ns, dur_ns, names, categories, streams, corrs = (
+            cols: list[list[Any]] = [
                 [col[i] for i in keep]
                 for col in (pids, tids, ts_ns, dur_ns, names, categories, streams, corrs)
-            )
+            ]
+            pids, tids, ts_ns, dur_ns, names, categories, streams, corrs = cols
         name_ids = self._name_ids
         new = set(names).difference(name_ids)
         if new:

@@ -16,6 +16,8 @@ CAUSE_LABELS = {
     "driver": "driver/boundary",
     "unexplained": "unexplained",
 }
+# narrow terminals: headers wrap by word, so each word is as wide as its column must be
+SHORT_CAUSES = {"weight_sync": "sync", "driver": "driver boundary", "unexplained": "unexpl."}
 MAX_PATH_STEPS = 12
 MAX_ARRIVALS = 20
 
@@ -57,6 +59,8 @@ def _idle(idle: dict[str, Any]) -> PlainTable | None:
         ["role", "lanes", "idle", *(CAUSE_LABELS.get(c, c) for c in causes)],
         rows,
         (0,),
+        short={3 + i: SHORT_CAUSES[c] for i, c in enumerate(causes) if c in SHORT_CAUSES},
+        drop=(1,),
     )
 
 
@@ -83,6 +87,8 @@ def _arrivals(arrivals: dict[str, Any], limit: int) -> PlainTable | None:
         rows,
         (0, 1, 2),
         "lag: behind the next-latest lane; spread: last − first arrival",
+        short={2: "last most often"},
+        drop=(6, 5),
     )
 
 
@@ -119,6 +125,7 @@ def _critical(paths: list[dict[str, Any]]) -> PlainTable | None:
         rows,
         (2, 4),
         "what-if: first-order saving while the path stays critical; gaps: no stage span ran (driver)",
+        short={4: "what-if (10 % / 50 %)"},
     )
 
 

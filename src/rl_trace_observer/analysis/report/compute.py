@@ -29,12 +29,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import intervals as iv
 from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
 from ..gpu.answers import gpu_answers
 from ..gpu.attribute import StageSpan
-from . import intervals as iv
 from .identity import STAGE_CATS, lane_of, process_identity, process_role
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
@@ -52,7 +53,7 @@ from .stages import (
     marker_number,
     marker_priority,
 )
-from .windows import Window, _int, process_windows, step_windows
+from .windows import Window, process_windows, step_windows
 
 SCHEMA = "rl-trace-report/4"
 LONGEST_SHOWN = 10
@@ -63,7 +64,8 @@ SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.anal
 :mod:`rl_trace_observer.analysis.answers`; /2 added ``rollout``):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | names |
   none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
-  dropped_events, manifest, merged_by_report},
+  dropped_events, manifest, merged_by_report, read_error (only when the file could not be read as
+  it is and was merged first)},
  stage_table[{category, pattern}], categories[],
  steps[{step, start_ns, end_ns, dur_ns, profiled, mode,
         ranks[{role, lane, time_ns{<category>|idle: int}, busy_ns}],
@@ -80,7 +82,7 @@ SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.anal
   steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
          trainer_ns{<category>|idle}}, replicas[{replica, requests, prompt_tokens, response_tokens,
-         busy_ns, tokens_per_s}], imbalance{requests, response_tokens}, slowest[<request row>]}],
+         busy_ns, tokens_per_s}], imbalance{requests, response_tokens, busy_ns}, slowest[<request row>]}],
   slowest[{request_id, step, replica, start_ns, latency_ns, server_ns, queue_ns, prefill_ns, decode_ns,
            turn, turns, attempt, sample, session, status, version, response_tokens, seen_by}],
   weight_sync{syncs[{version, backend, start_ns, dur_ns, trainer_phases_ns{},
@@ -244,7 +246,7 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
-        step = _int(c.labels.get("step"))  # the step the process said, when it did
+        step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
             if windows and step is None:

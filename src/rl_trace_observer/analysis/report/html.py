@@ -9,12 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..gpu import render as gpu_render
+from . import gpu_tables as gpu_render
 from . import svg
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
-from .style import COLORS, LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
+from .style import (
+    COLORS,
+    LABELS,
+    OVERLAP_KEYS,
+    SLOWEST_NOTE,
+    SLOWEST_TITLE,
+    STEP_TABLE_NOTE,
+    fmt_ns,
+    fmt_pct,
+    fmt_value,
+    problem_groups,
+    step_label,
+    worst_arrival,
+)
 
 esc = svg.esc
 # No script source at all: a missed escape still could not run code. Inline styles only.
@@ -67,12 +80,18 @@ def _cards(summary: dict[str, Any]) -> str:
         cards.append(("mean step", fmt_ns(total / len(steps))))
         idle = sum(r["time_ns"]["idle"] for s in steps for r in s["ranks"])
         lane_time = sum(s["dur_ns"] * len(s["ranks"]) for s in steps)
-        cards.append(("idle (all lanes)", fmt_pct(idle, lane_time)))
+        cards.append(("idle: share of every lane's step time", fmt_pct(idle, lane_time)))
         ov = summary.get("overlap") or {}
         cards.append(("rollout ∥ training", fmt_pct(ov.get("both_ns", 0), sum(ov.values()) if ov else 0)))
-    if summary["stragglers"]:
-        s = summary["stragglers"][0]
-        cards.append((f"worst straggler: {s['stage']}", f"+{fmt_ns(s['lag_ns'])}"))
+    worst = worst_arrival(summary)
+    if worst is not None:  # by arrival, as the arrivals table (durations hide stragglers)
+        where = worst["point"] if worst["role"] == "*" else f"{worst['point']} ({worst['role']})"
+        cards.append(
+            (
+                f"worst straggler by arrival: {worst['lane']} at {where}, median lag behind the next",
+                f"+{fmt_ns(worst['median_lag_ns'])}",
+            )
+        )
     clock = summary.get("clock") or {}
     cards.append(("clock alignment", str(clock.get("quality", "unknown"))))
     return (
@@ -101,10 +120,7 @@ def _steps_section(summary: dict[str, Any]) -> str:
         "<h2>Where each step's time went</h2>"
         + svg.step_breakdown(summary)
         + _table(headers, rows, (2,))
-        + (
-            '<p class="muted">Mean per lane of each role; idle = the step minus the lane\'s busy time '
-            "(the bubbles). * = profiled step.</p>"
-        )
+        + f'<p class="muted">{esc(STEP_TABLE_NOTE)}. * = profiled step.</p>'
     )
 
 
@@ -157,10 +173,15 @@ def _stragglers_section(summary: dict[str, Any]) -> str:
         ]
         for s in summary["stragglers"]
     ]
+    title = f"<h2>{esc(SLOWEST_TITLE)}</h2>"
     if not rows:
-        return "<h2>Stragglers</h2><p class=muted>No stage ran on two or more lanes of one role.</p>"
+        return title + "<p class=muted>No stage ran on two or more lanes of one role.</p>"
     headers = ["step", "role", "stage", "lanes", "slowest lane", "its time", "median", "lag"]
-    return "<h2>Stragglers</h2>" + _table(headers, rows[:MAX_STRAGGLERS], (1, 2, 4))
+    return (
+        title
+        + _table(headers, rows[:MAX_STRAGGLERS], (1, 2, 4))
+        + f'<p class="muted">{esc(SLOWEST_NOTE)}</p>'
+    )
 
 
 def _longest_section(summary: dict[str, Any]) -> str:
@@ -207,7 +228,7 @@ def _provenance_section(summary: dict[str, Any]) -> str:
             [
                 esc(h["host"]),
                 esc(h["method"]),
-                esc(h["applied"]),
+                "yes" if h["applied"] is True else ("no" if h["applied"] is False else esc(h["applied"])),
                 esc(fmt_ns(h["offset_ns"])),
                 esc(fmt_ns(h["uncertainty_ns"])),
                 esc(fmt_value(h["drift_ppm"])),
@@ -226,12 +247,22 @@ def _provenance_section(summary: dict[str, Any]) -> str:
     out.append(f"<p>Merge status: <b>{esc(arts['status'])}</b>, {arts['problem_count']} problem(s).</p>")
     out.append(_table(["kind", "files", "complete", "incomplete", "skipped"], rows, (0,)))
     if arts["problems"]:
-        items = "".join(
-            f"<li class=warn>{esc(p['kind'])}: <code>{esc(p['path'])}</code>: {esc(p['detail'])}</li>"
-            for p in arts["problems"]
-        )
+        items = "".join(_problem_item(kind, group) for kind, group in problem_groups(arts["problems"]))
         out.append(f"<ul>{items}</ul>")
     return "".join(out)
+
+
+def _problem_item(kind: str, group: list[dict[str, Any]]) -> str:
+    """One line per kind of problem; the other files of that kind behind a <details> (no script)."""
+    first = group[0]
+    head = f"{esc(kind)}: <code>{esc(first['path'])}</code>: {esc(first['detail'])}"
+    if len(group) == 1:
+        return f"<li class=warn>{head}</li>"
+    rest = "".join(f"<li><code>{esc(p['path'])}</code>: {esc(p['detail'])}</li>" for p in group[1:])
+    return (
+        f"<li class=warn>{head}<details><summary>{len(group) - 1} more like it</summary>"
+        f"<ul>{rest}</ul></details></li>"
+    )
 
 
 def _stage_table(summary: dict[str, Any]) -> str:
@@ -251,7 +282,8 @@ def _stage_table(summary: dict[str, Any]) -> str:
 def _rollout_section(summary: dict[str, Any]) -> str:
     """Requests, tail, replicas, weight sync, staleness (:mod:`.rollout_tables`); empty without them."""
     return _plain_section(
-        "Rollout: requests, long tail, weight sync, staleness", rollout_tables(summary.get("rollout"))
+        "Rollout: requests, long tail, weight sync, staleness",
+        rollout_tables(summary.get("rollout"), windows=summary.get("steps")),
     )
 
 
@@ -261,7 +293,7 @@ def _answers_section(summary: dict[str, Any]) -> str:
 
 
 def _gpu_section(summary: dict[str, Any]) -> str:
-    """What the GPUs did per step, device and stage (:mod:`..gpu.render`); empty without kernels."""
+    """What the GPUs did per step, device and stage (:mod:`.gpu_tables`); empty without kernels."""
     plain = gpu_render.tables(summary)
     if not plain:
         return ""

@@ -38,12 +38,14 @@ class ResolvedInput:
     shards: Path | None = None  # span shards to read instead of the trace (merge --shards)
 
 
-def merge(inputs: list[Path], output: Path, shards: Path | None = None) -> Path:
+def merge(inputs: list[Path], output: Path, shards: Path | None = None, *, temporary: bool = False) -> Path:
     """Merge ``inputs`` into ``output`` (format by suffix; span shards into ``shards`` when given);
     returns the manifest path.
 
-    Raises ``InputError`` when nothing usable was merged (the manifest says why).
+    Raises ``InputError`` when nothing usable was merged, saying why (and where the manifest is,
+    unless it is ``temporary``: about to be removed with its folder).
     """
+    from ...merge.manifest.document import why_nothing
     from ...merge.options import MergeOptions, UsageError
     from ...merge.pipeline import merge as run_merge
 
@@ -53,8 +55,23 @@ def merge(inputs: list[Path], output: Path, shards: Path | None = None) -> Path:
     except UsageError as exc:
         raise InputError(str(exc)) from None
     if not result.written:
-        raise InputError(f"{inputs[0]}: nothing usable to merge; see {result.manifest_path}")
+        see = "" if temporary else f"; see {result.manifest_path}"
+        raise InputError(f"{inputs[0]}: nothing usable to merge ({why_nothing(result.manifest)}){see}")
     return Path(result.manifest_path)
+
+
+@contextlib.contextmanager
+def merged_first(path: Path) -> Iterator[ResolvedInput]:
+    """``path`` merged into a temporary ``.json.gz`` (removed afterwards): a run directory, or a file
+    the report cannot read as it is (a cut-short profiler trace, whose events before the cut the
+    merger keeps and names as an ``incomplete`` problem)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rl-trace-report-"))
+    try:
+        out = tmp / "merged.json.gz"
+        mpath = merge([path], out, temporary=True)
+        yield ResolvedInput(out, _read_manifest(mpath), mpath, merged_from=path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:
@@ -76,13 +93,8 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
         yield ResolvedInput(p, _read_manifest(mpath), mpath if mpath.is_file() else None, shards=p)
         return
     if p.is_dir():
-        tmp = Path(tempfile.mkdtemp(prefix="rl-trace-report-"))
-        try:
-            out = tmp / "merged.json.gz"
-            mpath = merge([p], out)
-            yield ResolvedInput(out, _read_manifest(mpath), mpath, merged_from=p)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with merged_first(p) as merged:
+            yield merged
         return
     if not p.is_file():
         raise InputError(

@@ -25,8 +25,8 @@ import msgspec
 import orjson
 from msgspec import UNSET, UnsetType
 
-from ...merge.model import us_to_ns
-from ...merge.readers.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ...merge.formats.base.chrome_json import gc_paused  # one GC policy for every bulk decoder
+from ...merge.timeline.model import us_to_ns
 from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from ..gpu.store import KernelStore
 from .stages import OTHER, classify
@@ -38,7 +38,7 @@ __all__ = ["Counter", "Span", "TraceData", "TraceError", "load_trace", "split_la
 STAGE_CATEGORIES = ("rl_insight", "verl", "rl_trace.")
 LONGEST_KEPT = 20
 # Below 2**33 µs (2.4 h from the trace's base) a µs value with ≤3 decimals is within 2**-20 µs of
-# its double, so round(us * 1000) is the exact ns (error < 0.002 ns); beyond, merge.model.us_to_ns.
+# its double, so round(us * 1000) is the exact ns (error < 0.002 ns); beyond, merge.timeline.model.us_to_ns.
 _FAST_US = float(2**33)
 
 
@@ -232,7 +232,7 @@ def _ns(values: list[Any]) -> Any:
 
 
 def _twin() -> Any:
-    from ...merge import native
+    from ...merge.writers import native
 
     return native.twin("rl_trace_observer.analysis.gpu._gpu_native")
 
@@ -260,7 +260,7 @@ def _gpu_columns(gpu: KernelStore, kernels: list[Event], launches: list[Event]) 
         )  # fmt: skip
 
 
-def _open_binary(path: Path) -> BinaryIO:
+def open_binary(path: Path) -> BinaryIO:
     with path.open("rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
@@ -269,7 +269,7 @@ def _open_binary(path: Path) -> BinaryIO:
 
 
 def _read_stream(path: Path, collector: _Collector, chunk_bytes: int) -> dict[str, Any]:
-    with _open_binary(path) as f, gc_paused():
+    with open_binary(path) as f, gc_paused():
         stream = EventStream(f, chunk_bytes)
         for events in stream.chunks():
             collector.feed(events)
@@ -282,7 +282,7 @@ _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 def _read_document(path: Path, collector: _Collector) -> dict[str, Any]:
     """One decode of the whole file (the fallback): top-level values stay raw until needed."""
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         raw = f.read()
     meta: dict[str, Any] = {}
     try:

@@ -21,8 +21,9 @@ Definitions (``rl-trace-report/2``, key ``rollout``):
   and ``idle`` = the window minus their union.
 - **replicas**: per step, requests, prompt and response tokens, ``busy_ns`` (union of the replica's
   server spans), ``tokens_per_s`` = response tokens / busy seconds; **imbalance** = max / mean over
-  replicas (1.0 = even) of requests and of response tokens.
-- **weight sync**: one row per trainer-side ``update_weights`` span; its phases are the trainer's
+  replicas (1.0 = even) of requests, of response tokens and of busy time (``busy_ns``).
+- **weight sync**: one row per trainer-side ``update_weights`` span (its ``dur_ns``, start to end, is
+  the sync's total: it waits for every replica); its phases are the trainer's
   weight-sync spans inside it; every replica's weight-sync spans overlapping it give that replica's
   phases, ``dur_ns`` (their union, clipped) and ``bytes`` (``load_weights``); the slowest replica
   held the sync up.
@@ -47,7 +48,7 @@ from ...capture.requests import (
     SYNC_CAT,
 )
 from ...capture.staleness import CONSUME_SPAN
-from . import intervals as iv
+from ..answers import intervals as iv
 
 TAIL_QUANTILE = 0.9
 SLOWEST_SHOWN = 10
@@ -236,7 +237,7 @@ def _replica_rows(reqs: list[Req]) -> tuple[list[dict[str, Any]], dict[str, floa
             }
         )
     imbalance: dict[str, float | None] = {}
-    for key in ("requests", "response_tokens"):
+    for key in ("requests", "response_tokens", "busy_ns"):
         values = [row[key] for row in rows]
         mean = sum(values) / len(values) if values else 0
         imbalance[key] = round(max(values) / mean, 3) if mean else None

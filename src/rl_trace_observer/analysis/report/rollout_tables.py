@@ -15,11 +15,16 @@ MAX_SYNCS = 12
 
 @dataclass
 class PlainTable:
+    """Column 0 is the key (what a row is about): a narrow terminal never cuts it."""
+
     title: str
     headers: list[str]
     rows: list[list[str]] = field(default_factory=list)
     left: tuple[int, ...] = ()  # text columns (left-aligned)
     note: str = ""
+    short: dict[int, str] = field(default_factory=dict)  # headers on a narrow terminal
+    drop: tuple[int, ...] = ()  # columns a narrow terminal leaves out first, in this order
+    styles: list[str] = field(default_factory=list)  # per row, for the terminal (e.g. "red")
 
 
 def _v(value: Any) -> str:
@@ -46,8 +51,35 @@ def _phases(phases: dict[str, int]) -> str:
     return ", ".join(f"{k} {fmt_ns(v)}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])) or "—"
 
 
-def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTable]:
-    """Every rollout table worth showing; empty when the trace has no rollout spans."""
+IMBALANCE_NOTE = (
+    "imbalance: max / mean over the step's replicas of requests, response tokens and busy time "
+    "(1 = even; busy = the union of a replica's server spans)"
+)
+WEIGHT_SYNC_NOTE = (
+    "total: the trainer's update_weights call, start to end, in the process that ran it (it waits for "
+    "every replica); a replica's time: the union of its own weight-sync phases inside that call; "
+    "step: the step window the call started in (the step tables count each lane's own weight-sync "
+    "stage spans instead)"
+)
+
+
+def _step_at(windows: list[dict[str, Any]] | None, ts_ns: int) -> str:
+    for st in windows or ():
+        if st["start_ns"] <= ts_ns < st["end_ns"]:
+            return step_label(st["step"])
+    return "—"
+
+
+def _imbalance(imb: dict[str, Any]) -> str:
+    text = f"{_v(imb.get('requests'))}× req, {_v(imb.get('response_tokens'))}× tok"
+    return text + (f", {_v(imb['busy_ns'])}× busy" if imb.get("busy_ns") is not None else "")
+
+
+def tables(
+    rollout: dict[str, Any] | None, *, slowest: int = 10, windows: list[dict[str, Any]] | None = None
+) -> list[PlainTable]:
+    """Every rollout table worth showing; empty when the trace has no rollout spans. ``windows``: the
+    report's steps, to name the step each weight sync started in."""
     if not rollout:
         return []
     out = []
@@ -65,13 +97,16 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
             "trainer during tail",
             "imbalance",
         ],
-        left=(8,),
+        left=(8, 9),
+        short={1: "reqs", 7: "tail reqs", 8: "trainer in tail"},
+        drop=(3, 7, 8),
         note=f"{rollout['requests']} requests, {rollout['linked']} seen by client and server"
         + (
             f", {rollout['validation_requests']} validation requests not counted"
             if rollout["validation_requests"]
             else ""
-        ),
+        )
+        + f"; {IMBALANCE_NOTE}",
     )
     for st in rollout["steps"][:MAX_STEPS]:
         lat, tail, imb = st["latency_ns"], st["tail"], st["imbalance"]
@@ -86,7 +121,7 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
                 fmt_ns(tail["dur_ns"]),
                 str(tail["requests"]),
                 _trainer(tail),
-                f"{_v(imb.get('requests'))}× req, {_v(imb.get('response_tokens'))}× tok",
+                _imbalance(imb),
             ]
         )
     out.append(steps)
@@ -122,6 +157,8 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
             "status",
         ],
         left=(0, 9),
+        short={0: "request", 2: "repl."},
+        drop=(4, 8, 9),
     )
     for r in rollout["slowest"][:slowest]:
         turn = "—" if r["turn"] is None else f"{r['turn']}/{_v(r['turns'])}"
@@ -145,9 +182,10 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
     ws = rollout.get("weight_sync")
     if ws and ws["syncs"]:
         sync = PlainTable(
-            "Weight sync (trainer's update_weights; the slowest replica held it up)",
+            "Weight sync per version (the slowest replica held it up)",
             [
                 "version",
+                "step",
                 "total",
                 "trainer phases",
                 "slowest replica",
@@ -155,13 +193,17 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
                 "its phases",
                 "bytes (all)",
             ],
-            left=(2, 5),
+            left=(3, 6),
+            note=WEIGHT_SYNC_NOTE,
+            short={4: "slowest"},
+            drop=(6, 3, 7),
         )
         for s in ws["syncs"][:MAX_SYNCS]:
             worst = next((r for r in s["replicas"] if r["replica"] == s["slowest_replica"]), None)
             sync.rows.append(
                 [
                     _v(s["version"]),
+                    _step_at(windows, s["start_ns"]),
                     fmt_ns(s["dur_ns"]),
                     _phases(s["trainer_phases_ns"]),
                     _v(s["slowest_replica"]),

@@ -31,6 +31,41 @@ OVERLAP_KEYS = (
 )
 
 
+# One definition per figure, stated where it is shown (terminal and HTML use the same words).
+SLOWEST_TITLE = "Slowest lane per stage, by duration (not stragglers: see stragglers by arrival)"
+SLOWEST_NOTE = (
+    "lag: the slowest lane's time in the stage minus the median lane's; an all-reduce makes durations "
+    "equal, so who held a step up is in the arrivals table"
+)
+STEP_TABLE_NOTE = (
+    "each cell: the mean per lane of the window-clipped union of that lane's stage spans of the "
+    "category; weight sync = the lanes' own weight-sync stage spans (each rank's and replica's part), "
+    "not the trainer's update_weights call (the weight-sync table); idle = the step minus the lane's "
+    "busy time"
+)
+
+
+def problem_groups(problems: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The merge's problems by kind, in order of first appearance: eight Kineto files without a process
+    record are one "unlinked" line, not eight."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in problems:
+        groups.setdefault(str(p.get("kind")), []).append(p)
+    return list(groups.items())
+
+
+def problem_line(kind: str, items: list[dict[str, Any]]) -> str:
+    first = items[0]
+    more = f" (+{len(items) - 1} more like it)" if len(items) > 1 else ""
+    return f"{kind}: {first.get('path')}: {first.get('detail')}{more}"
+
+
+def worst_arrival(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The sync point whose usual last lane kept the others waiting longest (median lag)."""
+    rows = (summary.get("arrivals") or {}).get("summary") or []
+    return max(rows, key=lambda r: r["median_lag_ns"], default=None)
+
+
 def fmt_ns(value: float | int | None) -> str:
     """A duration for humans: ``1.23 s``, ``289.6 ms``, ``12.3 µs``, ``850 ns``."""
     if value is None:

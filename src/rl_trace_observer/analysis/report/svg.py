@@ -18,6 +18,19 @@ LABEL_W = 190
 BAR_H = 18
 GAP = 6
 MAX_BARS = 60
+LABEL_CHARS = 28  # what fits left of the plot at 11 px (~6.5 px a character): longer ones are cut
+
+
+def _label(y: int, text: str) -> str:
+    """A row label that fits left of the plot: a long one keeps its head and tail (role … lane) with
+    the whole text as its tooltip."""
+    shown = (
+        text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS // 2 - 1] + "…" + text[-(LABEL_CHARS // 2) :]
+    )
+    return (
+        f'<text class="label" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">'
+        f"<title>{esc(text)}</title>{esc(shown)}</text>"
+    )
 
 
 def esc(value: Any) -> str:
@@ -77,9 +90,7 @@ def step_breakdown(summary: dict[str, Any]) -> str:
     y = 30
     for st, role in rows:
         label = f"step {step_label(st['step'])} · {role['role']}"
-        body.append(
-            f'<text class="label" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{esc(label)}</text>'
-        )
+        body.append(_label(y, label))
         x = float(LABEL_W)
         for cat in CATEGORIES:
             w = plot_w * role["mean_ns"][cat] / longest
@@ -100,9 +111,7 @@ def overlap_chart(summary: dict[str, Any]) -> str:
     y = 30
     for st in steps:
         label = f"step {step_label(st['step'])}"
-        body.append(
-            f'<text class="label" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{esc(label)}</text>'
-        )
+        body.append(_label(y, label))
         x = float(LABEL_W)
         for key, name, color in OVERLAP_KEYS:
             w = plot_w * st["overlap"][key] / longest
@@ -124,9 +133,7 @@ def gantt_chart(summary: dict[str, Any]) -> str:
     y = 30
     for lane in g["lanes"]:
         label = f"{lane['role']} · {lane['lane']}"
-        body.append(
-            f'<text class="label" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{esc(label)}</text>'
-        )
+        body.append(_label(y, label))
         body.append(f'<rect class="lane" x="{LABEL_W}" y="{y}" width="{plot_w}" height="{BAR_H}"/>')
         for offset, dur, name, cat in lane["spans"]:
             x = LABEL_W + plot_w * offset / span_ns

@@ -9,11 +9,23 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..gpu import render as gpu_render
+from . import gpu_tables as gpu_render
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
-from .style import LABELS, OVERLAP_KEYS, fmt_ns, fmt_pct, fmt_value, step_label
+from .style import (
+    LABELS,
+    OVERLAP_KEYS,
+    SLOWEST_NOTE,
+    SLOWEST_TITLE,
+    STEP_TABLE_NOTE,
+    fmt_ns,
+    fmt_pct,
+    fmt_value,
+    problem_groups,
+    problem_line,
+    step_label,
+)
 
 MAX_STEP_ROWS = 50
 MAX_RANK_TABLES = 4
@@ -38,7 +50,15 @@ SHORT = {
 def _table(title: str, compact: bool) -> Table:
     """Narrow terminals get borderless tables and short headers rather than wrapped cells."""
     if compact:
-        return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+        return Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            padding=(0, 1),
+            show_edge=False,
+            collapse_padding=True,
+        )
     return Table(title=title, title_justify="left")
 
 
@@ -98,7 +118,7 @@ def _overlap_table(summary: dict[str, Any], compact: bool) -> Table:
 
 
 def _stragglers_table(summary: dict[str, Any], limit: int, compact: bool) -> Table:
-    table = _table("Stragglers (slowest lane per stage vs the median)", compact)
+    table = _table(SLOWEST_TITLE, compact)
     cols = (
         ("step", "role", "stage", "slowest", "lag")
         if compact
@@ -169,8 +189,8 @@ def _provenance(console: Console, summary: dict[str, Any]) -> None:
         for k, v in arts["by_kind"].items()
     )
     console.print(Text(f"Artifacts ({arts['status']}): {kinds}; {arts['problem_count']} problem(s)"))
-    for p in arts["problems"][:10]:
-        console.print(Text(f"  {p['kind']}: {p['path']}: {p['detail']}"), style="yellow")
+    for kind, items in problem_groups(arts["problems"])[:10]:
+        console.print(Text(f"  {problem_line(kind, items)}"), style="yellow")
 
 
 def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
@@ -191,17 +211,16 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
             console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
     else:
         console.print(_steps_table(summary, compact))
+        console.print(_t(STEP_TABLE_NOTE))
         focus = [s for s in summary["steps"] if s["profiled"]] or summary["steps"]
         for st in focus[:MAX_RANK_TABLES]:
             console.print(_rank_table(st, compact))
         console.print(_overlap_table(summary, compact))
-    for plain in gpu_render.tables(summary):
-        console.print(gpu_render.to_rich(plain))
-        if plain.note:
-            console.print(_t(plain.note))
+    _plain(console, gpu_render.tables(summary), compact)  # the same width rules as every table
     _plain(console, answer_tables(summary, top=top), compact)
     if summary["stragglers"]:
         console.print(_stragglers_table(summary, top, compact))
+        console.print(_t(SLOWEST_NOTE))
     if summary["longest_spans"]:
         console.print(_longest_table(summary, compact))
     metrics = _metrics_table(summary, 3 * top, compact)
@@ -213,16 +232,76 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
 
 def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool) -> None:
     """The rollout section (:mod:`.rollout_tables`): requests, tail, replicas, weight sync, staleness."""
-    _plain(console, rollout_tables(summary.get("rollout"), slowest=top), compact)
+    _plain(
+        console, rollout_tables(summary.get("rollout"), slowest=top, windows=summary.get("steps")), compact
+    )
 
 
 def _plain(console: Console, tables: list[Any], compact: bool) -> None:
     for plain in tables:
-        table = _table(plain.title, compact)
-        for i, header in enumerate(plain.headers):
-            table.add_column(header, justify="left" if i in plain.left else "right")
-        for row in plain.rows:
-            table.add_row(*(_t(c) for c in row))
-        console.print(table)
+        console.print(plain_table(plain, compact, console.width))
         if plain.note:
             console.print(_t(plain.note))
+
+
+MAX_KEY_WIDTH = 40  # a longer key wraps rather than crowding every other column out
+TEXT_MIN_WIDTH = 12
+
+
+def _min_widths(plain: Any, headers: list[str]) -> list[int]:
+    """The narrowest each column may get without cutting anything: a number or the key never wraps,
+    a header wraps by word, other text by word (down to TEXT_MIN_WIDTH)."""
+    out = []
+    for i, header in enumerate(headers):
+        cells = [str(row[i]) for row in plain.rows]
+        word = max((len(w) for w in header.split()), default=1)
+        if i == 0:
+            width = min(max((len(c) for c in cells), default=1), MAX_KEY_WIDTH)
+        elif i in plain.left:
+            longest = max((len(w) for c in cells for w in c.split()), default=1)
+            width = min(max(longest, 1), TEXT_MIN_WIDTH)
+        else:
+            width = max((len(c) for c in cells), default=1)
+        out.append(max(width, word))
+    return out
+
+
+def plain_table(plain: Any, compact: bool, width: int) -> Table:
+    """A :class:`PlainTable` for this terminal: on a narrow one, short headers, and columns of
+    ``plain.drop`` left out (in that order) until the rest fits; the key column is never cut."""
+    headers = [plain.short.get(i, h) if compact else h for i, h in enumerate(plain.headers)]
+    mins = _min_widths(plain, headers)
+    shown = list(range(len(headers)))
+    left_out: list[str] = []
+    pending = list(plain.drop) if compact else []
+    while True:
+        title = plain.title + (f" (narrow terminal: without {', '.join(left_out)})" if left_out else "")
+        table = _table(title, compact)
+        for i in shown:
+            text = i in plain.left or i == 0
+            table.add_column(
+                headers[i], justify="left" if text else "right", min_width=mins[i], overflow="fold"
+            )
+        for n, row in enumerate(plain.rows):
+            style = plain.styles[n] if n < len(plain.styles) else None
+            table.add_row(*(_t(row[i]) for i in shown), style=style or None)
+        if fits(table, width) or not compact:
+            return table
+        if not pending:  # still too wide: the key wraps between words too, rather than be cropped
+            for column in table.columns:
+                column.min_width = None
+            return table
+        drop = pending.pop(0)
+        shown.remove(drop)
+        left_out.append(headers[drop])
+
+
+def fits(table: Table, width: int) -> bool:
+    """Rendered at ``width``, no line is wider (rich crops a table whose minimums do not fit)."""
+    import io
+
+    from rich.cells import cell_len
+
+    console = Console(file=io.StringIO(), width=width)
+    console.print(table, crop=False)
+    return all(cell_len(line) <= width for line in console.file.getvalue().splitlines())

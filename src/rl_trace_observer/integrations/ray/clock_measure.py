@@ -2,7 +2,7 @@
 
 The reference side of :mod:`.clock_sync`, kept apart from its scheduling (background thread, step
 hooks). ``measure_offsets`` pings the targets, turns the exchanges into offsets with the pure
-estimator (``capture.clock_sync``), and sends each target its result to keep in its own record.
+estimator (``common.clock_offsets``), and sends each target its result to keep in its own record.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...capture.clock import SYSTEM_CLOCK, Clock
-from ...capture.clock_sync import Exchange, estimate_offset
 from ...capture.identity import hostname
+from ...common.clock_offsets import Exchange, estimate_offset
 from .clock_responder import PING, RECORD
 
 METHOD = "ray_ntp"

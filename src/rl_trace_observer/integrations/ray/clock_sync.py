@@ -1,7 +1,7 @@
 """Measure every traced host's wall-clock offset against one reference clock, over Ray.
 
 The process that calls ``on_step_boundary`` (VERL's trainer loop) is the reference. It runs a few
-NTP-style rounds with every target (``capture.clock_sync`` turns them into an offset and a bound)
+NTP-style rounds with every target (``common.clock_offsets`` turns them into an offset and a bound)
 and sends each result to the target, which stores it with ``Recorder.add_clock_offset`` in its own
 process record. Why the target keeps it rather than the reference: a process record then describes
 its own clock completely, the collector gathers it with that host's other artifacts, and the merger

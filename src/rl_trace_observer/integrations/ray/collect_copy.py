@@ -196,7 +196,8 @@ def _consume(job: CopyJob, todo: list[list[Any]], receiver: Receiver, ray: Any, 
                 pass
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line (its last non-empty line: Ray wraps the cause in a traceback)."""
     text = str(exc).strip().splitlines()
     cause = next((t.strip() for t in reversed(text) if t.strip()), type(exc).__name__)
     return cause[:300]
@@ -221,7 +222,7 @@ def copy_node(job: CopyJob, dest: Destination, bar: CollectProgress, ray: Any, s
         rep.notes.insert(0, str(exc))
     except ray.exceptions.RayTaskError as exc:
         rep.status = "partial"
-        rep.failed.append(("(collector task)", _one_line(exc)))
+        rep.failed.append(("(collector task)", one_line(exc)))
     except ray.exceptions.RayError as exc:
         rep.status = "lost"
         rep.notes.insert(0, f"node lost during collection ({type(exc).__name__})")
@@ -230,14 +231,14 @@ def copy_node(job: CopyJob, dest: Destination, bar: CollectProgress, ray: Any, s
         rep.failed.append(("(destination)", f"cannot write to {dest.url}: {exc.strerror or exc}"))
     except Exception as exc:
         rep.status = "partial"
-        rep.failed.append(("(collector)", f"{type(exc).__name__}: {_one_line(exc)}"))
+        rep.failed.append(("(collector)", f"{type(exc).__name__}: {one_line(exc)}"))
     finally:
         if receiver is not None:
             receiver.abort()
             try:
                 receiver.save_index()
             except Exception as exc:
-                rep.failed.append(("(index)", f"cannot save the sidecar index: {_one_line(exc)}"))
+                rep.failed.append(("(index)", f"cannot save the sidecar index: {one_line(exc)}"))
         dest.clear_partials(job.run_id, rep.label)
     pending = len(todo) - (len(receiver.settled) if receiver is not None else 0)
     if rep.status == "lost" and pending > 0:

@@ -25,7 +25,7 @@ The correction (``model.Correction``): one measurement → a constant shift; two
 straight line between the two measurements that bracket each timestamp (drift); outside the
 measured range the nearest measurement carried on with the fitted drift where one fits, the bound
 growing with the distance (drift uncertainty × distance, plus ``drift_allowance_ppm`` for drift
-that wanders; ``capture.clock_sync``); never a line across a wall-clock jump seen in the snapshots.
+that wanders; ``common.clock_offsets``); never a line across a wall-clock jump seen in the snapshots.
 Measurements over the tolerance are left out when better ones exist.
 
 What is stated: per host, the worst bound over the time its data covers — its processes' recorded
@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ...capture.clock_sync import (
+from ...capture.recorder import expected_event_log
+from ...common.clock_offsets import (
     DEFAULT_DRIFT_ALLOWANCE_PPM,
     DEFAULT_MAX_DRIFT_PPM,
     WallJump,
     detect_jumps,
     fit_drift,
 )
-from ...capture.recorder import expected_event_log
 from .model import (
     IDENTITY,
     Correction,

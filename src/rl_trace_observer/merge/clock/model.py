@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...capture.clock_sync import (
+from ...common.clock_offsets import (
     DEFAULT_DRIFT_ALLOWANCE_PPM,
     DEFAULT_MAX_DRIFT_PPM,
     DriftFit,
@@ -137,7 +137,7 @@ class Correction:
 
     The measurements are cut into segments at wall-clock jumps (``breaks``: bracket ``i``, between
     ``points[i]`` and ``points[i + 1]``, straddles one); each segment has its own drift
-    (``capture.clock_sync.Extrapolation``). Inside a segment, between two measurements: the line
+    (``common.clock_offsets.Extrapolation``). Inside a segment, between two measurements: the line
     through them. Before the first and after the last measurement, and on either side of a jump
     up to the midpoint: the nearest measurement carried on with its segment's drift, the bound
     growing with the distance. Picklable (plain data), so it travels to merge worker processes.

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ..model import us_to_ns
+from ..timeline.model import us_to_ns
 from .pairs import AFTER, BEFORE, Pair
 
 __all__ = [

@@ -4,12 +4,12 @@ Why here and not in a second pass: the checks (:mod:`.causality`) need only a fe
 process — RL-Insight stage spans and the Torch trace's ``record_function`` regions — but those sit
 in files that can be hundreds of MB. A worker already has each file's corrected events in memory,
 so it keeps the few that matter as tuples (``SpanSummary``) and sends them back with its outcome;
-the parent runs the checks on those (:func:`.choice.ClockChoice.check_causality`).
+the parent runs the checks on those (:meth:`..pipeline.clock.ClockChoice.check_causality`).
 
-What is kept, per artifact kind:
+What is kept is each format's own rule (``Format.probe``, ``Format.probe_cat``):
 
-- ``rl_insight``: every complete span (stages: a handful per step and process);
-- ``torch``: complete events of category ``user_annotation`` (``record_function`` on the CPU; VERL's
+- RL-Insight: every complete span (stages: a handful per step and process);
+- Torch: complete events of category ``user_annotation`` (``record_function`` on the CPU; VERL's
   ``DistProfiler.annotate`` opens one named like the RL-Insight stage it sits in). GPU-side
   annotations are on the device clock and are left out.
 
@@ -24,26 +24,28 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event
+from ..timeline.model import Event, us_to_ns
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
 
 MAX_SPANS = 10_000
-PROBED_KINDS = {"rl_insight": None, "torch": "user_annotation"}  # kind -> category kept (None: all)
 
 
 def stage_spans(
-    events: Iterable[Event], kind: str, relative_to_ns: int | None, unit_ns: int = 1000
+    events: Iterable[Event],
+    cat: str | None,
+    relative_to_ns: int | None,
+    unit_ns: int = 1000,
+    far: dict[int, int] | None = None,
 ) -> list[SpanSummary]:
-    """The spans of one artifact the causality checks use, on the merged timeline in ns.
+    """The spans of one artifact the causality checks use (complete ones, of category ``cat`` unless
+    None), on the merged timeline in ns.
 
     ``relative_to_ns``: the events' ``ts``/``dur`` are already output units (µs, or ns when
     ``unit_ns`` is 1) relative to this base (the fused fast path, :mod:`..transform.fastpath`);
-    ``None``: they are absolute integer ns.
+    ``None``: they are absolute integer ns. ``far``: the exact ns of the events whose µs double does
+    not give them back (``fastpath.to_output``).
     """
-    if kind not in PROBED_KINDS:
-        return []
-    cat = PROBED_KINDS[kind]
     picked = [e for e in events if (cat is None or e.cat == cat) and e.ph == "X" and e.dur is not UNSET]
     if len(picked) > MAX_SPANS:
         picked = heapq.nlargest(MAX_SPANS, picked, key=_duration)
@@ -51,8 +53,13 @@ def stage_spans(
     for e in picked:
         ts: Any = e.ts
         dur: Any = e.dur
-        if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 for an integer y
-            ts, dur = relative_to_ns + round(ts * unit_ns), round(dur * unit_ns)
+        if relative_to_ns is not None:  # exact: the fast path wrote y / 1000 (or ``far``) for an int y
+            exact = far.get(id(e)) if far else None
+            if exact is not None:
+                ts = relative_to_ns + exact
+            else:
+                ts = relative_to_ns + (us_to_ns(ts) if unit_ns == 1000 else int(ts))
+            dur = us_to_ns(dur) if unit_ns == 1000 else int(dur)
         pid, tid = e.pid, e.tid
         if isinstance(pid, int) and isinstance(tid, int):
             name = e.name if isinstance(e.name, str) else ""

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ...capture.atomic import write_atomic
-from ...capture.encoding import dumps_pretty
-from ..model import Problem
+from ...common.atomic import write_atomic
+from ...common.encoding import dumps_pretty
+from ..formats import format_of
+from ..timeline.model import Problem
 
 SCHEMA = "rl-trace-merge-manifest/1"
 
@@ -79,7 +80,8 @@ def why_nothing(manifest: dict[str, Any]) -> str:
     """Why a merge kept no event, in one line: what became of the inputs that could hold events."""
     reasons: dict[str, int] = {}
     for art in manifest.get("artifacts") or []:
-        if art.get("kind") in ("process_record", "merge_output"):
+        fmt = format_of(str(art.get("kind")))
+        if fmt is not None and not fmt.events:  # process records, our own outputs
             continue
         why = art.get("skip_reason") or ("no events" if art.get("selected") else "not selected")
         reasons[why] = reasons.get(why, 0) + 1

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..identity import process_title
+from ..formats import manifest_counts
 from ..plan.plan import Plan
-from ..run.execute import RunState
 from ..run.jobs import SLICE_PHASES
+from ..run.stitch import RunState
+from ..timeline.identity import process_title
 from .ui import ui_section
 
 
 def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None:
     totals = {"events_read": 0, "events_kept": 0, "events_dropped": 0, "events_filtered": 0}
     phases: dict[str, int] = {}
-    flows = scope_links = run_ends = 0
+    flows = 0
+    own: dict[str, int] = {key: 0 for key, _ in manifest_counts()}  # the formats' own counts
     pair_records: list[dict[str, Any]] = []
     lo: int | None = None
     hi: int | None = None
@@ -47,8 +49,8 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         for ph, n in out.phases.items():
             phases[ph] = phases.get(ph, 0) + n
         flows += out.stats.get("flows", 0)
-        scope_links += out.stats.get("scope_links", 0)
-        run_ends += out.stats.get("run_flow_endpoints", 0)  # joined across artifacts, by id
+        for key in own:
+            own[key] += out.stats.get(key, 0)
         if out.min_ts is not None:
             lo = out.min_ts if lo is None else min(lo, out.min_ts)
             hi = out.max_ts if hi is None else max(hi, out.max_ts or out.min_ts)
@@ -56,9 +58,9 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     counts["slices"] = sum(phases.get(p, 0) for p in SLICE_PHASES)
     counts["counter_samples"] = phases.get("C", 0)
     counts["flows"] = flows
-    counts["scope_links"] = scope_links
-    if run_ends:
-        counts["run_flow_endpoints"] = run_ends  # rollout requests: a client and a server end each
+    for key, always in manifest_counts():  # scope_links (TokenSpeed), run_flow_endpoints (requests)
+        if always or own[key]:
+            counts[key] = own[key]
     counts["processes"] = len(state.processes)
     counts["threads"] = len(state.threads)
     counts["phases"] = dict(sorted(phases.items()))

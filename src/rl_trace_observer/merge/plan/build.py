@@ -18,13 +18,14 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..identity import planned_pid
-from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
-from ..readers import ReadContext, reader_for, sniff
-from .hints import Hints, hints_for
-from .plan import EVENT_KINDS, Plan, PlannedArtifact
-from .records import apply_record, link_records, process_from_record
-from .sources import Content, Source, fingerprint, read_content, read_head
+from ..files.sources import Content, Source, fingerprint, read_content, read_head
+from ..formats import EVENT_KINDS, UNKNOWN, Hints, ReadContext, format_for, format_of, sniff
+from ..formats.base import KERNELS, REPORT
+from ..timeline.identity import planned_pid
+from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
+from ..timeline.steps import Marker, windows_from_markers
+from .plan import Plan, PlannedArtifact
+from .records import apply_record, is_record, link_records
 
 UNKNOWN_HOST = "unknown-host"
 _ROLE_ORDER = {
@@ -38,7 +39,7 @@ class Sniffed:
     """What one file's head says (step 1 for one file). Plain data: a Ray node sniffs its own files
     and sends this instead of their bytes (``rl_trace_observer.cluster``)."""
 
-    kind: str  # reader kind, "unknown" (not a trace, or empty), or "merge_output" (ignored)
+    kind: str  # its format's kind, or formats.UNKNOWN (not a trace, or empty)
     hints: Hints = field(default_factory=Hints)
     problem: tuple[str, str] | None = None  # (kind, detail) about the file
     skip_reason: str | None = None
@@ -47,11 +48,13 @@ class Sniffed:
 @dataclass
 class Prepared:
     """Everything planning reads from one file, read where the file is: its head's verdict, its
-    duplicate fingerprint, and (process records) its content."""
+    duplicate fingerprint, (process records) its content and (RL-Insight logs, Torch traces) its step
+    markers."""
 
     sniffed: Sniffed
     fingerprint: str | None = None
     content: Content | None = None
+    markers: tuple[Marker, ...] | None = None  # None: not read where the file is
 
 
 def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None = None) -> Plan:
@@ -63,13 +66,14 @@ def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None 
         found = known.get(src.url)
         _add(src, found.sniffed if found is not None else sniff_source(src), plan)
     _drop_duplicates(plan, known)
-    records = [a for a in plan.artifacts if a.info.kind == "process_record"]
+    records = [a for a in plan.artifacts if is_record(a.info.kind)]
     for art in records:
         found = known.get(art.source.url)
         _read_record(art, plan, found.content if found is not None else None)
     link_records(plan)
     _place_unlinked(plan)
     _steps_from_records(plan)
+    _steps_from_markers(plan, known)
     return plan
 
 
@@ -77,31 +81,33 @@ def sniff_source(src: Source) -> Sniffed:
     head = read_head(src)
     if not head.data.strip():
         return Sniffed(
-            "unknown",
+            UNKNOWN,
             problem=("incomplete", "empty file (a writer died before writing?)"),
             skip_reason="empty file",
         )
-    reader, head = sniff(head)
-    if reader is None:
+    fmt, head = sniff(head)
+    if fmt is None:
         return Sniffed(
-            "unknown",
+            UNKNOWN,
             problem=("not_a_trace", "no reader recognises this file's content"),
             skip_reason="not a trace",
         )
-    hints = hints_for(reader.kind, head) if reader.kind in EVENT_KINDS else Hints()
-    return Sniffed(reader.kind, hints)
+    return Sniffed(fmt.kind, fmt.hints(head))
 
 
 def prepare(src: Source) -> Prepared:
     """What :func:`plan_sources` needs of one file, read here (a Ray node's side of planning)."""
     sniffed = sniff_source(src)
-    content = read_content(src) if sniffed.kind == "process_record" else None
-    print_ = fingerprint(src) if sniffed.kind not in ("unknown", "merge_output") else None
-    return Prepared(sniffed, print_, content)
+    fmt = format_of(sniffed.kind)
+    content = read_content(src) if fmt is not None and fmt.record else None
+    print_ = fingerprint(src) if fmt is not None and not fmt.ignored else None
+    markers = fmt.step_markers(src) if fmt is not None else None
+    return Prepared(sniffed, print_, content, markers)
 
 
 def _add(src: Source, sniffed: Sniffed, plan: Plan) -> None:
-    if sniffed.kind == "merge_output":
+    fmt = format_of(sniffed.kind)
+    if fmt is not None and fmt.ignored:
         plan.ignored.append(src.url)
         return
     info = ArtifactInfo(path=src.url, rel=src.rel, kind=sniffed.kind, size=src.size)
@@ -121,7 +127,7 @@ def _drop_duplicates(plan: Plan, known: Mapping[str, Prepared]) -> None:
     """The same bytes under two paths (a run collected twice): merge the first copy only."""
     by_size: dict[int, list[PlannedArtifact]] = defaultdict(list)
     for art in plan.artifacts:
-        if art.info.selected and art.info.kind != "unknown":
+        if art.info.selected and format_of(art.info.kind) is not None:
             by_size[art.info.size].append(art)
     for same in by_size.values():
         if len(same) < 2:
@@ -141,14 +147,15 @@ def _drop_duplicates(plan: Plan, known: Mapping[str, Prepared]) -> None:
 def _read_record(art: PlannedArtifact, plan: Plan, content: Content | None = None) -> None:
     content = content if content is not None else read_content(art.source)
     art.info.sha256, art.info.complete = content.sha256, content.complete
-    result = reader_for("process_record").read(content.data, ReadContext(art.info.path, art.source.name))
+    fmt = format_for(art.info.kind)
+    result = fmt.read(content.data, ReadContext(art.info.path, art.source.name))
     plan.problems.extend(result.problems)
     record = result.meta.get("record")
     art.info.selected = False  # records hold no events
     if not isinstance(record, dict):
         art.info.skip_reason = "invalid process record"
         return
-    info = process_from_record(record, art.info.path)
+    info = fmt.identity(record, art.info.path)
     known = plan.processes.get(info.key)
     if known is not None and known.record_path:
         plan.problems.append(Problem("duplicate", art.info.path, f"second record for {info.key}"))
@@ -189,9 +196,10 @@ def _path_of(info: ProcessInfo) -> str:
 
 
 def _place_unlinked(plan: Plan) -> None:
+    """A TokenSpeed rank's Proton files carry no OS pid: they take their rank's report's."""
     partners: dict[tuple[str, str], PlannedArtifact] = {}
     for art in plan.artifacts:
-        if art.info.kind == "viztracer" and art.hints.group and art.hints.pid is not None:
+        if _rank_role(art) == REPORT and art.hints.group and art.hints.pid is not None:
             partners.setdefault((posixpath.dirname(art.source.path), art.hints.group), art)
     placeholders: dict[tuple[str, str], ProcessKey] = {}
     for art in plan.artifacts:
@@ -200,7 +208,7 @@ def _place_unlinked(plan: Plan) -> None:
             continue
         pid = art.hints.pid
         how = "pid and host from the file"
-        if pid is None and info.kind == "proton" and art.hints.group:
+        if pid is None and _rank_role(art) == KERNELS and art.hints.group:
             partner = partners.get((posixpath.dirname(art.source.path), art.hints.group))
             if partner is not None:
                 pid, how = partner.hints.pid, "its TokenSpeed VizTracer report"
@@ -220,6 +228,11 @@ def _place_unlinked(plan: Plan) -> None:
             if host == UNKNOWN_HOST:
                 detail += "; host unknown (put each node's files in a folder named after the host)"
             plan.problems.append(Problem("unlinked", info.path, detail))
+
+
+def _rank_role(art: PlannedArtifact) -> str | None:
+    fmt = format_of(art.info.kind)
+    return fmt.rank_role if fmt is not None else None
 
 
 def _process_from_hints(key: ProcessKey, art: PlannedArtifact) -> ProcessInfo:
@@ -250,6 +263,38 @@ def _steps_from_records(plan: Plan) -> None:
                 source.setdefault(step, str(proc.key))
     plan.step_windows = {s: (w[0], w[1]) for s, w in sorted(found.items())}
     plan.step_sources = source
+
+
+def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
+    """Step windows from the step markers its formats find (``Format.step_markers``: RL-Insight logs,
+    else profiler traces' ``ProfilerStep#N``: ``Format.markers_rank``), by the report's own rule
+    (:mod:`..timeline.steps`); they replace the snapshot windows of :func:`_steps_from_records`
+    (taken at profiled steps only)."""
+    ranked = [
+        (fmt, art)
+        for art in plan.artifacts
+        if (fmt := format_of(art.info.kind)) is not None and fmt.markers_rank is not None
+    ]
+    if not ranked:
+        return
+    first = min(fmt.markers_rank for fmt, _ in ranked if fmt.markers_rank is not None)
+    found: list[Marker] = []
+    source: dict[int, str] = {}
+    for fmt, art in ranked:
+        if fmt.markers_rank != first:
+            continue
+        ready = known.get(art.source.url)
+        markers = ready.markers if ready is not None else None
+        if markers is None:
+            markers = fmt.step_markers(art.source)
+        for m in markers or ():
+            found.append(m)
+            for n in m.numbers:
+                source.setdefault(n, art.info.path)
+    windows = windows_from_markers(found)
+    if windows:
+        plan.step_windows = {w.step: (w.start_ns, w.end_ns) for w in windows}
+        plan.step_sources = {w.step: source.get(w.step, "step markers") for w in windows}
 
 
 def order_processes(plan: Plan) -> None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
-from .hints import Hints
-from .sources import Source
-
-EVENT_KINDS = frozenset({"rl_insight", "torch", "viztracer", "proton", "chrome_json"})
+from ..files.sources import Source
+from ..formats import EVENT_KINDS, Hints
+from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from ...capture.recorder import expected_event_log
-from ..model import Problem, ProcessInfo, ProcessKey
+from ..formats import format_for, format_of
+from ..timeline.model import Problem, ProcessInfo
 
 if TYPE_CHECKING:
     from .plan import Plan, PlannedArtifact
@@ -25,42 +25,21 @@ def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def process_from_record(record: dict[str, Any], path: str) -> ProcessInfo:
-    raw_ray = record.get("ray")
-    ray: dict[str, Any] = raw_ray if isinstance(raw_ray, dict) else {}
-    return ProcessInfo(
-        key=ProcessKey(str(record["hostname"]), int(record["pid"])),
-        role=_opt_str(record.get("role")),
-        rank=_opt_int(record.get("rank")),
-        world_size=_opt_int(record.get("world_size")),
-        run_id=_opt_str(record.get("run_id")),
-        actor_name=_opt_str(ray.get("actor_name")),
-        replica=_opt_int(record.get("replica")),
-        record_path=path,
-        record=record,
-    )
-
-
-def _entries(record: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [e for e in record.get("artifacts") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)]
-    log = record.get("event_log")
-    if isinstance(log, str) and log:
-        # A record that wrote no event names a log that was never created: link it if it is
-        # there (the record may predate its first event), never report it missing.
-        optional = expected_event_log(record) is None
-        out.append({"path": log, "kind": "rl_insight", **({"optional": True} if optional else {})})
-    return out
+def is_record(kind: str) -> bool:
+    """A process record (its format says so), read while planning."""
+    fmt = format_of(kind)
+    return fmt is not None and fmt.record
 
 
 def link_records(plan: Plan) -> None:
     by_path = {(a.source.protocol, a.source.path): a for a in plan.artifacts}
     for rec_art in plan.artifacts:
         record = rec_art.record_entry
-        if rec_art.info.kind != "process_record" or record is None or rec_art.info.owner is None:
+        if not is_record(rec_art.info.kind) or record is None or rec_art.info.owner is None:
             continue
         owner = plan.processes[rec_art.info.owner]
         folder = posixpath.dirname(rec_art.source.path)
-        for entry in _entries(record):
+        for entry in format_for(rec_art.info.kind).registered(record):
             raw = str(entry["path"])
             target = posixpath.normpath(raw if raw.startswith("/") else posixpath.join(folder, raw))
             art = by_path.get((rec_art.source.protocol, target))
@@ -68,7 +47,7 @@ def link_records(plan: Plan) -> None:
                 if not entry.get("optional"):
                     _report_absent(plan, rec_art.info.path, raw, folder, target, entry)
                 continue
-            if art.info.kind == "process_record":
+            if is_record(art.info.kind):
                 continue
             art.info.owner = owner.key
             art.record_entry = entry

@@ -1,9 +1,9 @@
 """Which artifacts and which time ranges go into the output (``--run``, ``--role``, ``--step``).
 
 A file is kept or skipped as a whole by its run, role and step (from its process record, else its
-name); ``--step`` also keeps only events inside the selected steps' windows when the run recorded
-them (``step_begin``/``step_end`` snapshots). A step without a window is reported
-(``no_step_window``) rather than guessed.
+name); ``--step`` also keeps only events inside the selected steps' windows when the run has them
+(its step markers, the report's rule: :mod:`..timeline.steps`; else ``step_begin``/``step_end`` snapshots).
+A step without a window is reported (``no_step_window``) rather than guessed.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import Problem, ProcessInfo
-from .plan import EVENT_KINDS, Plan
+from ..formats import EVENT_KINDS
+from ..timeline.model import Problem, ProcessInfo
+from .plan import Plan
 
 EPOCH_S = 1e9  # --time-window values at least this large are Unix seconds, smaller ones are relative
 
@@ -45,7 +46,8 @@ def select(plan: Plan, sel: Selection) -> tuple[tuple[int, int], ...]:
             Problem(
                 "no_step_window",
                 "(inputs)",
-                f"no step_begin/step_end snapshots for step {', '.join(missing)}",
+                f"no step window (global_step/train_batch marker or step_begin/step_end snapshots) "
+                f"for step {', '.join(missing)}",
             )
         )
     windows = tuple(plan.step_windows[s] for s in wanted_steps)

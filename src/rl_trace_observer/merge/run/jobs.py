@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clock.correction import TimeCorrection
 from ..clock.probe import SpanSummary
-from ..identity import ProcessDecl, ThreadDecl
-from ..model import Problem, ProcessKey
-from ..plan.sources import Source
+from ..files.sources import Source
 from ..shards.spec import ShardSpec
-from ..transform.passes import TimeCorrection
+from ..timeline.identity import ProcessDecl, ThreadDecl
+from ..timeline.model import Problem, ProcessKey
 
 SLICE_PHASES = ("X", "B", "i", "I", "b", "n")
+INFLIGHT_BYTES = 256 << 20  # estimated decompressed input being parsed at once (all of a pool's workers)
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Task:
     anchor_ns: int | None
     namespace: int
     correction: TimeCorrection
-    stage_log: Source | None = None  # a Torch trace's RL-Insight event log, to align on (.partners)
+    partner: Source | None = None  # the file in another job it aligns on (a Torch trace's RL-Insight log)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Job:
     scope_namespace: int = 0
     sequence_id: int = 1
     weight: int = 0
-    spill_path: str | None = None  # where a worker process leaves big outputs (see ..writers.spill)
+    spill_path: str | None = None  # where a worker process leaves big outputs (see ..files.spill)
     clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
     clock_tolerance_ns: int = 1_000_000
     shards: ShardSpec | None = None  # also write the kept events as span rows (..shards)

@@ -1,7 +1,7 @@
 """A job's events as its own protobuf packet sequence (``.pftrace`` output; interning is per sequence).
 
 Why a module of its own: the worker stays about reading and passes; this is the bridge from the merge's
-:class:`.model.Event` structs to :class:`..writers.pftrace_fused.FusedWriter`, which encodes them as
+:class:`..timeline.model.Event` structs to :class:`..writers.pftrace_fused.FusedWriter`, which encodes them as
 they are (no per-event dict). Times reach the writer in ns relative to the job's base: the fused fast
 path makes them so; events from the listed passes (absolute ns) are shifted here.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from ..compress import deflate_piece
-from ..identity import process_title
-from ..model import Event, Rebase
+from ..files.compress import deflate_piece
+from ..timeline.identity import process_title
+from ..timeline.model import Event, Rebase
 from ..writers.pftrace_fused import FusedWriter
 
 if TYPE_CHECKING:

@@ -14,18 +14,20 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from ..clock.pair_apply import clock_problems, stack
+from ..clock.correction import TimeCorrection, stack
+from ..clock.pair_apply import clock_problems
 from ..clock.pairs import PairAlignment
-from ..clock.partners import RankLinks, StageLinks
 from ..clock.probe import stage_spans
-from ..model import Event, Problem, ProcessKey, Rebase
-from ..plan.sources import read_content
-from ..readers import ReadContext, ReadResult, reader_for
-from ..readers import chrome_json as chrome_reader
-from ..readers.chrome_json import NotATrace, gc_paused
+from ..files import spill
+from ..files.sources import read_content
+from ..formats import NotATrace, ReadContext, ReadResult, format_for
+from ..formats.base.chrome_json import gc_paused
+from ..formats.partners import JobLinks, read_partner
+from ..timeline.model import Event, Problem, ProcessKey, Rebase
+from ..timeline.times import to_ns
 from ..transform import fastpath
-from ..transform.passes import IdentityMapper, PassContext, TimeCorrection, run_passes
-from ..writers import chrome_json, spill
+from ..transform.passes import IdentityMapper, PassContext, run_passes
+from ..writers import chrome_json
 from . import memory
 from .jobs import Job, JobResult, Outcome, Task
 from .pftrace_job import PftraceSink
@@ -53,8 +55,8 @@ def run_job(job: Job) -> JobResult:
 def _run_job(job: Job) -> JobResult:
     result = JobResult([], {}, {}, [])
     pf = PftraceSink(job) if job.out_format.startswith("pftrace") else None
-    rank = RankLinks(job.tasks) if RankLinks.applies(job.tasks) else None
-    tasks = rank.order(job.tasks) if rank is not None else job.tasks
+    links = JobLinks(job.tasks)
+    tasks = links.order(job.tasks)
     held: list[_Held] = []
     sink = _shard_sink(job)
     spilled = 0
@@ -71,31 +73,29 @@ def _run_job(job: Job) -> JobResult:
         url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
         aligned: PairAlignment | None = None
         hold: list[Event] | None = None  # a rank's report: its scope flow starts, written last
-        if rank is not None and task.kind == "viztracer":
+        if links.holds(task):
             if fast:
                 hold = []  # the fused loop sets them aside as it goes
             else:
-                events, hold = rank.hold_flows(url, events, res)
-        elif rank is not None and task.kind == "proton":
-            aligned = rank.align(url, events, res, tol, apply)
-        elif task.kind == "torch" and task.stage_log is not None:
-            aligned = StageLinks.read(task.stage_log).align(url, events, res, tol, apply)
+                events, hold = links.hold_flows(url, events, res)
+        else:
+            aligned = links.align(task, events, res, _partner(task), tol, apply)
         if aligned is not None:
             correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
-        ctx = _context(job, task, correction, mapper, rank)
+        ctx = _context(job, task, correction, mapper, links)
         _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None, sink)
-        if hold and rank is not None:
-            rank.held(url, hold, res)
+        if hold:
+            links.held(url, hold, res)
             held.append(_Held(task, hold, mapper, res, out, fast))
-        if rank is not None and ctx.collect_scopes:
-            rank.scopes = ctx.scopes
+        if ctx.collect_scopes:
+            links.collected(ctx.scopes)
         if _in_worker:
             memory.keep_arenas(events)
         del events, res
         spilled += _spill(job, result, spilled, deflated)
     if held:
         for h in held:
-            _emit_held(job, h, rank, result, pf, sink)
+            _emit_held(job, h, links, result, pf, sink)
         held.clear()
         spilled += _spill(job, result, spilled, deflated)
     if pf is not None:
@@ -118,17 +118,21 @@ def _shard_sink(job: Job) -> ShardSink | None:
     return ShardSink(job.shards, job.sequence_id)
 
 
+def _partner(task: Task) -> tuple[str, ReadResult] | None:
+    """The file's partner in another job (a Torch trace's RL-Insight log), read here for its pairing
+    events; None when it has none or it cannot be read (its own job says why)."""
+    partner_kind = format_for(task.kind).partner
+    if task.partner is None or partner_kind is None:
+        return None
+    res = read_partner(task.partner, partner_kind)
+    return (task.partner.url, res) if res is not None else None
+
+
 def _context(
-    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, rank: RankLinks | None
+    job: Job, task: Task, correction: TimeCorrection, mapper: IdentityMapper, links: JobLinks
 ) -> PassContext:
-    """A TokenSpeed rank's Proton files collect scope ids; a VizTracer report links its scope flows to
-    those (none outside a rank: its scope flows are dropped as unlinked)."""
-    collect = rank is not None and task.kind == "proton"
-    scopes: set[int] | None = None
-    if collect:
-        scopes = rank.scopes if rank is not None else None
-    elif task.kind == "viztracer":
-        scopes = _linkable(rank)
+    """The scope ids a file collects or links to (:meth:`..formats.partners.JobLinks.scopes`)."""
+    collect, scopes, scope_ids = links.scopes(task)
     return PassContext(
         correction=correction,
         windows=job.windows,
@@ -138,13 +142,8 @@ def _context(
         scope_namespace=job.scope_namespace,
         collect_scopes=collect,
         scopes=scopes,
-        scope_ids=rank.scope_ids if collect and rank is not None else None,
+        scope_ids=scope_ids,
     )
-
-
-def _linkable(rank: RankLinks | None) -> set[int]:
-    """The scope ids a VizTracer flow start may link to: what its rank's Proton files recorded."""
-    return (rank.scopes if rank is not None else None) or set()
 
 
 def _emit(
@@ -168,14 +167,17 @@ def _emit(
     assert ctx.mapper is not None
     mapper = ctx.mapper
     in_order: dict[Any, bool] | None = None
+    far: dict[int, int] = {}  # the fused JSON path's events whose µs double misses the ns (fastpath)
     if fast:
-        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None)
+        kept, in_order = _fast(events, res, ctx.correction, job, ctx, out, result, hold, pf is not None, far)
     else:
         kept = run_passes(events, ctx)
     unit = 1 if pf is not None else 1000
     if sink is not None:  # span rows of exactly what the writers get (fast: output units from the base)
-        sink.add(kept, task, mapper, job.base_ns if fast else None, unit)
-    out.spans = stage_spans(kept, task.kind, job.base_ns if fast else None, unit)  # clock checks
+        sink.add(kept, task, mapper, job.base_ns if fast else None, unit, far)
+    fmt = mapper.reader
+    if fmt.probe:  # the few spans the clock's causality checks need
+        out.spans = stage_spans(kept, fmt.probe_cat, job.base_ns if fast else None, unit, far)
     out.read, out.dropped = (
         res.read - res.metadata,
         res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
@@ -216,6 +218,7 @@ def _fast(
     result: JobResult,
     hold: list[Event] | None = None,
     protobuf: bool = False,
+    far: dict[int, int] | None = None,
 ) -> tuple[list[Event], dict[Any, bool] | None]:
     """The fused path (:mod:`..transform.fastpath`): one loop does every pass, then Chrome JSON is
     encoded here; for protobuf, times stay ns and the caller hands the events (and which threads are
@@ -236,6 +239,7 @@ def _fast(
         unit_ns=1 if protobuf else 1000,
         hold=hold,
         in_order=in_order,
+        far=None if protobuf else far,
     )
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
@@ -264,7 +268,7 @@ class _Held:
 def _emit_held(
     job: Job,
     held: _Held,
-    rank: RankLinks | None,
+    links: JobLinks,
     result: JobResult,
     pf: PftraceSink | None,
     sink: ShardSink | None = None,
@@ -272,7 +276,7 @@ def _emit_held(
     """Write a report's held flow starts, linked to the rank's Proton scopes, into its outcome."""
     res = dataclasses.replace(held.res, events=held.events, read=0, metadata=0, dropped=0, problems=[])
     sub = Outcome(held.out.index)
-    ctx = _context(job, held.task, held.task.correction, held.mapper, rank)
+    ctx = _context(job, held.task, held.task.correction, held.mapper, links)
     _emit(job, held.task, held.events, res, ctx, sub, result, pf, held.fast, sink=sink)
     out = held.out
     out.kept += sub.kept
@@ -301,8 +305,9 @@ def _apply_alignment(
     out.problems.extend(clock_problems(aligned))
     correction = stack(task.correction, aligned.correction)
     if fast and correction.fn is not None:  # a drift line: the fused path only adds a constant
-        res.events, res.deferred = chrome_reader.normalise(events, res.anchor_ns or 0, res), False
-        return correction, res.events, False
+        events, bad = to_ns(events, res.anchor_ns or 0)  # the conversion the fused loop would have done
+        res.events, res.deferred, res.dropped = events, False, res.dropped + bad
+        return correction, events, False
     return correction, events, fast
 
 
@@ -319,7 +324,7 @@ def _read(
     content = read_content(task.source)
     out.sha256, out.complete = content.sha256, content.complete
     path = task.source.url
-    reader = reader_for(task.kind)
+    reader = format_for(task.kind)
     owner_pid = task.owner_key.pid if task.owner_key.pid >= 0 else None
     ctx = ReadContext(path, task.source.name, task.anchor_ns, owner_pid, defer_times=defer)
     content_error = content.error

@@ -24,8 +24,8 @@ from urllib.parse import quote
 
 import orjson
 
-from ...capture.atomic import write_atomic
-from ...capture.encoding import dumps_pretty
+from ...common.atomic import write_atomic
+from ...common.encoding import dumps_pretty
 from .schema import DOC_NAME, DOC_SCHEMA, MANIFEST_NAME, NULL_PARTITION
 
 _PART = re.compile(r"^part-\d+-[\w.-]+\.parquet$")

@@ -29,7 +29,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("role", "string", "its role: trainer, actor, rollout, ... (null: unknown)"),
     Column("rank", "int32", "its rank (null: none)"),
     Column(
-        "step", "int64", "training step: the artifact's own step, else the step window the event starts in"
+        "step",
+        "int64",
+        "training step: the artifact's own step, else the step window `[start, end)` the event starts in"
+        " — the report's windows (step markers; docs/merge.md)",
     ),
     Column("source", "string", "RL-Insight, Torch, VizTracer, Proton or Trace (the track's source)"),
     Column(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import ProcessKey
 from ..plan.plan import Plan
+from ..timeline.model import ProcessKey
 
 
 @dataclass(frozen=True)

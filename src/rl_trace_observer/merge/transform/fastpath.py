@@ -1,9 +1,9 @@
-"""The common case in ONE loop: the reader's time conversion, a constant clock offset, the identity
+"""The common case in ONE loop: the source's time conversion, a constant clock offset, the identity
 remap, the JSON writer's µs conversion, phase counts, flow/async id namespacing and TokenSpeed's scope
 links — for Chrome-JSON output with no time filters.
 
 Why: each pass over a file costs ~0.1-0.5 µs per event in Python, as much as decoding it; the general
-path (:func:`..readers.chrome_json.normalise` → :data:`..passes.PASSES` → writer) walks the events
+path (:func:`..timeline.times.to_ns` → :data:`.passes.PASSES` → writer) walks the events
 five times and ``collections.Counter`` a sixth. For the same reason :func:`to_output` is one long
 function with the hot cases inlined (a call per event costs as much as the event's work) and the rare
 ones in :mod:`.flowspace`. The result is identical — ``tests/test_merge_properties.py`` checks the two
@@ -12,8 +12,9 @@ paths against each other — and it stays exact: with ``anchor + offset - base =
 2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
 subtracting ``_ROUNDER`` (1.5 * 2**52, with ``r`` folded into it: the sum has a spacing of exactly 1,
 so the FPU rounds for us, without a function call); ``y / 1000`` then prints with at most 3 decimals.
-Events outside that range take the exact integer route. Metadata events are read first, wherever the
-file puts them: a thread's or device's name decides its merged track.
+Events outside that range take the exact integer route. Metadata events were read by the format
+(wherever the file puts them: a thread's or device's name decides its merged track); here they are
+skipped.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event, us_to_ns
-from ..readers.base import ReadResult
-from ..readers.chrome_json import KNOWN_PHASES, MAX_TS_NS, _metadata
+from ..formats.base import ReadResult
+from ..timeline.model import FLOAT_US_EXACT_NS, Event, us_to_ns
+from ..timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
+from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, ROUNDER
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .nesting import by_lane, drop_victims, us_to_exact_ns
-from .passes import _FLOW_V1, _SEQ_BITS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, IdentityMapper, PassContext
+from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
-_ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R == round(x) for |x| < 2**51
+FAR_NS = FLOAT_US_EXACT_NS  # ~101.8 days: from here on the µs double cannot hold the ns
+_ROUNDER = ROUNDER
 _FAST_DUR = 1 << 50  # durations below this round with _ROUNDER; above, with round()
 _OTHER_FLOWS = frozenset("ben")
 _NO_CHAIN = object()
@@ -47,6 +50,7 @@ def to_output(
     unit_ns: int = 1000,
     hold: list[Event] | None = None,
     in_order: dict[tuple[int, int], bool] | None = None,
+    far: dict[int, int] | None = None,
 ) -> tuple[list[Event], dict[str, int], int | None, int | None]:
     """Events in source units (µs, or ns when ``source_ns``) → output units relative to the base:
     µs for Chrome JSON (``unit_ns=1000``), ns for protobuf (``unit_ns=1``, integer-valued).
@@ -54,18 +58,20 @@ def to_output(
     ``shift_ns`` = anchor + clock offset − base. Returns (kept events, their phase counts, min and max
     start in ns relative to the base); ``ctx.stats`` gets what the namespacing and scope passes count.
     ``hold``: TokenSpeed's scope flow starts go there untouched (their links are known only once the
-    rank's Proton files are read), as :meth:`..clock.partners.RankLinks.hold_flows` would set them aside.
+    rank's Proton files are read), as :meth:`..formats.proton.pairing.RankLinks.hold_flows` would set
+    them aside.
     ``in_order`` (a dict): filled with, per merged thread, whether its slices came in Perfetto's order
     (by start, the longer first), so that a writer that needs that order can skip sorting them.
+    ``far`` (a dict, Chrome JSON): filled with ``id(event) -> ns`` for the events ``FAR_NS`` or more
+    from the base, whose µs double no longer holds the exact ns (:data:`..timeline.model.FLOAT_US_EXACT_NS`):
+    the span shards and the clock checks take their time from there; the JSON keeps the double, as
+    Perfetto reads it (its nesting is checked on that value, so the output imports without errors).
     """
-    for e in [e for e in events if e.ph == "M"]:  # names first: identities depend on them
-        result.metadata += 1
-        _metadata(e, result)
     q, rr, scale = _time_constants(shift_ns, source_ns)
     known, unset, rounder = KNOWN_PHASES, UNSET, _ROUNDER
     exact, fast_dur, k = float(_EXACT_NS), float(_FAST_DUR), float(unit_ns)
     # a source that writes a slice when it returns (VizTracer) starts its threads in exit order
-    first_mode = 2 if getattr(mapper.reader, "slice_order", "start") == "exit" else 0
+    first_mode = 2 if mapper.reader.slice_order == "exit" else 0
     out: list[Event] = []
     append = out.append
     counts: dict[str, int] = {}
@@ -117,6 +123,8 @@ def to_output(
             else:
                 y = _exact(ts, shift_ns, source_ns)
                 e.ts = y / 1000 if unit_ns == 1000 else y  # int / int: correctly rounded whatever the size
+                if far is not None and not -FAR_NS < y < FAR_NS:
+                    far[id(e)] = y
             d: Any = e.dur
             if d is not unset:
                 dn = d * scale + rounder - rounder

@@ -12,23 +12,12 @@ from __future__ import annotations
 from operator import is_
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 
-from ..model import Event
-from .passes import (
-    _ASYNC,
-    _SCOPE_ARGS,
-    _SEQ_BITS,
-    SCOPE_FLOW_CAT,
-    SCOPE_FLOW_NAME,
-    PassContext,
-    _ScopeArgs,
-    run_flow_id,
-    scope_flow_id,
-)
+from ..timeline.model import Event
+from ..timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, scope_ids
+from .passes import _ASYNC, _SEQ_BITS, PassContext, run_flow_id, scope_flow_id
 
-_SCOPE_LIST = msgspec.json.Decoder(list[_ScopeArgs])
 SCOPE_ID_MASK = (1 << (_SEQ_BITS - 1)) - 1
 
 
@@ -140,18 +129,3 @@ def scope_ends(scoped: list[Event], out: list[Event], counts: dict[str, int], ct
     ctx.count("scope_ends", ends)
     if ends:
         counts["f"] = counts.get("f", 0) + ends
-
-
-def scope_ids(scoped: list[Event]) -> list[int | None]:
-    """Every ``args.scope_id`` in one decode (one call per scope costs more than the loop around it)."""
-    try:
-        raw = b"[" + b",".join([e.args for e in scoped]) + b"]"  # type: ignore[misc]
-        return [v.scope_id for v in _SCOPE_LIST.decode(raw)]
-    except msgspec.DecodeError:  # one odd scope: decode them one by one, as link_scopes does
-        ids: list[int | None] = []
-        for e in scoped:
-            try:
-                ids.append(_SCOPE_ARGS.decode(e.args).scope_id)  # type: ignore[arg-type]
-            except msgspec.DecodeError:
-                ids.append(None)
-        return ids

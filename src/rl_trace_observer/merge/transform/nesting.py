@@ -21,7 +21,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..model import Event
+from ..timeline.model import Event
 
 _BY_TS = attrgetter("ts")
 

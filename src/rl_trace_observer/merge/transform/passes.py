@@ -33,19 +33,13 @@ import msgspec
 from msgspec import UNSET
 
 from ...capture.requests import RUN_SCOPE_PREFIX
-from ..identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
-from ..model import Event, ProcessKey
-from ..readers.base import ReadContext, Reader, ReadResult
+from ..clock.correction import IDENTITY, TimeCorrection
+from ..formats.base import Format, ReadContext, ReadResult
+from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
+from ..timeline.model import Event, ProcessKey
+from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from .nesting import by_lane, drop_victims
 
-
-class _ScopeArgs(msgspec.Struct, gc=False):
-    scope_id: int | None = None
-
-
-_SCOPE_ARGS = msgspec.json.Decoder(_ScopeArgs)
-SCOPE_FLOW_NAME = "viztracer->proton"
-SCOPE_FLOW_CAT = "tokenspeed.proton"
 _FLOW_V1 = frozenset("stf")
 _ASYNC = frozenset("ben")
 _SEQ_BITS = 40
@@ -62,31 +56,12 @@ def run_flow_id(bind: Any) -> int | None:
     return RUN_FLOW_BIT | (int.from_bytes(digest, "big") & (RUN_FLOW_BIT - 1))
 
 
-@dataclass(frozen=True)
-class TimeCorrection:
-    """``ts_ns -> ts_ns`` for one artifact: an offset, or any monotonic function (drift)."""
-
-    offset_ns: int = 0
-    fn: Callable[[int], int] | None = None
-    method: str = "none"
-
-    @property
-    def is_identity(self) -> bool:
-        return self.fn is None and self.offset_ns == 0
-
-    def __call__(self, ts_ns: int) -> int:
-        return self.fn(ts_ns) if self.fn is not None else ts_ns + self.offset_ns
-
-
-IDENTITY = TimeCorrection()
-
-
 class IdentityMapper:
     """Source (pid, tid) → merged (pid, tid) for one artifact; remembers what it declared."""
 
     def __init__(
         self,
-        reader: Reader,
+        reader: Format,
         result: ReadResult,
         ctx: ReadContext,
         host: str,
@@ -246,7 +221,7 @@ def link_scopes(events: list[Event], ctx: PassContext) -> list[Event]:
         for e in events:
             if e.cat == "scope" and e.ph == "X" and e.args is not UNSET:
                 try:
-                    sid = _SCOPE_ARGS.decode(e.args).scope_id
+                    sid = SCOPE_ARGS.decode(e.args).scope_id
                 except msgspec.DecodeError:
                     continue
                 if sid is not None:

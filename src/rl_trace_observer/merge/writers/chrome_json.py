@@ -17,9 +17,9 @@ import msgspec
 import orjson
 from msgspec import UNSET
 
-from ..compress import GzipMember, deflate_piece, write_any_piece
-from ..model import Event
-from .spill import Spilled
+from ..files.compress import GzipMember, deflate_piece, write_any_piece
+from ..files.spill import Spilled
+from ..timeline.model import Event
 
 PIECE_EVENTS = 65536
 _ENCODER = msgspec.json.Encoder()

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...capture.atomic import atomic_output
+from ...common.atomic import atomic_output
 from ._pbwire import fan_id, pack_double, pack_fixed64, stable_id, uint
 from ._pftrace_sink import (
     BEGIN,

@@ -1,5 +1,6 @@
-"""The ``.pftrace`` encoder fused with the merge: packets straight from the merge's :class:`..model.Event`
-structs, one thread at a time, with the semantics of :class:`.pftrace.PftraceWriter` (which it extends).
+"""The ``.pftrace`` encoder fused with the merge: packets straight from the merge's
+:class:`..timeline.model.Event` structs, one thread at a time, with the semantics of
+:class:`.pftrace.PftraceWriter` (which it extends).
 
 Why: the dict writer pays ~30 Python calls per slice (a dict per event, a method per packet, a varint
 call per number); the merge already holds interned names, merged ids and exact times in its structs.
@@ -17,6 +18,7 @@ relative to the writer's base (``base_ns`` 0 here): floats with integral values 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -24,9 +26,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from .. import native
-from ..model import Event
-from ..readers.chrome_json import decode_raw_args
+from ..formats.base.chrome_json import decode_raw_args
+from ..timeline.model import Event
+from . import native
 from ._pbwire import _CONT, SMALL_VARINTS, pack_fixed64, varint
 from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING, OpenSlice
 from .pftrace import PftraceWriter
@@ -76,7 +78,8 @@ class FusedWriter(PftraceWriter):
             raise ValueError("pftrace: write_events() after close()")
         twin = self._twin
         lanes, off_thread = self._split_lanes(events)
-        fan = fan_ends(events, fanned)
+        # flows paired in the file's order (thread after thread), the order Perfetto reads their ids in
+        fan = fan_ends((e for _, rest in lanes.values() for e in rest), fanned)
         ordered = in_order or {}
         for key, (slices, rest) in lanes.items():
             if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
@@ -338,10 +341,13 @@ def split_lanes(events: list[Event]) -> tuple[Lanes, list[Event]]:
     return lanes, off
 
 
-def fan_ends(events: list[Event], fanned: set[Any] | None) -> dict[int, tuple[str, int]]:
+def fan_ends(events: Iterable[Event], fanned: set[Any] | None) -> dict[int, tuple[str, int]]:
     """Flows with one start and several ends (CUDA-graph launches): ``id(event)`` → ("flow_fanout", k)
     for the start, ("flow_seq", j) for its j-th end, in time order. Chains with steps keep one id (a
-    step moves the flow on: it is not a fan). ``fanned``: the only ids that can fan (None: any)."""
+    step moves the flow on: it is not a fan). ``fanned``: the only ids that can fan (None: any).
+
+    Give ``events`` in the order they are written (at equal times the pairing follows it): an end
+    paired with a start the file holds after it would carry an id Perfetto has already closed."""
     if fanned is not None and not fanned:
         return {}
     flows = [

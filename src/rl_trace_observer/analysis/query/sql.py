@@ -1,0 +1,188 @@
+"""``rl-trace sql``: DuckDB over the span table (``rl-trace-spans/1`` Parquet), offline.
+
+    with open_run("run/trace.pftrace") as db:        # shards dir, a trace with shards, a run dir, a .json.gz
+        db.sql("SELECT role, stage, sum(dur_ns) FROM stage_spans GROUP BY ALL").fetchall()
+
+Tables (docs/FORMATS.md §11):
+
+- ``spans``: every row of the span shards, the columns of docs/FORMATS.md §6, as written;
+- ``trace``: one row, ``base_ns`` (the merged trace's time origin: ``ts_ns - base_ns`` is the time
+  the trace file shows) and ``source``;
+- the report's own rows (:mod:`.report_tables`, built only when a query names them): ``steps``
+  (its step windows), ``stage_spans`` (its stage spans with ``stage``, ``lane`` and ``step``),
+  ``kernels`` (one row per Kineto GPU event with its step, stage and launch) and ``gpu_time``
+  (its ``gpu.rows``: busy, compute, comm, memory, overlap, idle and its split);
+- macro ``stage(name)``: the stage table (analysis/report/stages.py) as SQL.
+
+Where the rows come from: span shards as they are (a directory, or the ``--shards`` directory a merge
+manifest names); a run directory is merged into temporary shards first; a merged ``.json``/
+``.json.gz`` without shards is converted to one temporary Parquet file (:mod:`.trace_table`).
+DuckDB is an extra (``pip install 'rl-trace-observer[sql]'``), imported here only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ...merge.shards.dataset import Shards
+from ...merge.shards.layout import is_shards_dir
+from ..report.inputs import InputError, resolve
+from ..report.load import TraceData, load_trace
+from ..report.shards import load_shards
+from ..report.stages import STAGE_TABLE
+from . import report_tables
+
+__all__ = ["EXAMPLES", "SqlError", "open_run", "stage_macro"]
+
+# Report figures re-derived with one query each; docs/report.md shows them verbatim and a test runs them
+# on the demo run against the report's own numbers.
+EXAMPLES = {
+    # steps[].roles[].mean_ns: time per step, role and stage, mean per lane of the role
+    "stage_time": """SELECT step, role, stage, sum(dur_ns) / any_value(lanes) AS mean_ns
+FROM stage_spans
+JOIN (SELECT role, count(DISTINCT lane) AS lanes FROM stage_spans GROUP BY role) USING (role)
+GROUP BY ALL ORDER BY ALL""",
+    # arrivals.events[]: who reached the end of each stage last, and how far behind the next-latest
+    "arrivals": """WITH arrival AS (
+  SELECT step, role, name, lane, max(end_ns) AS end_ns FROM stage_spans GROUP BY ALL)
+SELECT step, role, name, arg_max(lane, end_ns) AS last_lane,
+       max(end_ns) - list_sort(list(end_ns), 'DESC')[2] AS lag_ns
+FROM arrival GROUP BY ALL HAVING count(*) > 1 ORDER BY ALL""",
+    # steps[].dur_ns: the slowest steps first
+    "steps": "SELECT step, dur_ns / 1e6 AS wall_ms FROM steps ORDER BY dur_ns DESC",
+}
+
+INSTALL_HINT = "rl-trace sql needs DuckDB: pip install 'rl-trace-observer[sql]'"
+
+
+class SqlError(ValueError):
+    """The input or the query cannot be used; the message says which and what to do."""
+
+
+def duckdb() -> Any:
+    try:
+        import duckdb as db
+    except ImportError:
+        raise SqlError(INSTALL_HINT) from None
+    return db
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def stage_macro() -> str:
+    """``stage(name)`` in SQL: the stage table's rows in order, first match wins (as :func:`classify`)."""
+    cases = " ".join(
+        f"WHEN regexp_matches(name, '{_quote(rule.pattern)}', 'i') THEN '{rule.category}'"
+        for rule in STAGE_TABLE
+    )
+    return f"CREATE MACRO stage(name) AS CASE {cases} ELSE 'other' END"
+
+
+@contextlib.contextmanager
+def open_run(path: str | Path, tables: Iterable[str] | None = None) -> Iterator[Any]:
+    """A DuckDB connection with the tables above, for ``path`` (see the module docstring);
+    ``tables``: which of the report's tables to build (default: all)."""
+    db = duckdb()
+    wanted = set(report_tables.TABLES if tables is None else tables)
+    with _parquet_files(Path(path)) as (files, base_ns, source, load):
+        con = db.connect()
+        try:
+            _tables(con, files, base_ns, source)
+            report_tables.create(con, load, base_ns, _run_of(source), wanted)
+            yield con
+        finally:
+            con.close()
+
+
+@contextlib.contextmanager
+def _parquet_files(p: Path) -> Iterator[tuple[list[str], int, str, Callable[[], TraceData]]]:
+    if p.is_dir() and is_shards_dir(p):
+        yield _of_shards(p)
+        return
+    if p.is_file() and not p.name.endswith((".json", ".json.gz", ".pftrace", ".pftrace.gz", ".gz")):
+        raise SqlError(f"{p}: not a trace, a run directory or a span shard directory")
+    if p.is_file() and p.name.endswith((".json", ".json.gz")):
+        manifest = Path(f"{p}.manifest.json")
+        shards = _manifest_shards(manifest)
+        if shards is not None:
+            yield _of_shards(shards)
+            return
+        from .trace_table import convert
+
+        tmp = Path(tempfile.mkdtemp(prefix="rl-trace-sql-"))
+        try:
+            base_ns = convert(p, tmp / "spans.parquet")
+            yield [str(tmp / "spans.parquet")], base_ns, f"{p} (converted)", lambda: load_trace(p)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    shards_root = Path(tempfile.mkdtemp(prefix="rl-trace-sql-")) if p.is_dir() else None
+    try:
+        try:
+            with resolve(p) as src:
+                if src.shards is None and shards_root is not None:  # a run directory: merge with shards
+                    from ..report.inputs import merge
+
+                    merge([p], shards_root / "merged.json.gz", shards=shards_root / "shards")
+                    yield _of_shards(shards_root / "shards")
+                    return
+                if src.shards is None:
+                    raise SqlError(f"{p}: no span shards; re-run the merge with --shards DIR")
+                yield _of_shards(src.shards)
+        except InputError as exc:
+            raise SqlError(str(exc)) from None
+    finally:
+        if shards_root is not None:
+            shutil.rmtree(shards_root, ignore_errors=True)
+
+
+def _manifest_shards(manifest: Path) -> Path | None:
+    import orjson
+
+    try:
+        doc = orjson.loads(manifest.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    folder = ((doc if isinstance(doc, dict) else {}).get("shards") or {}).get("dir")
+    return Path(folder) if isinstance(folder, str) and is_shards_dir(folder) else None
+
+
+def _of_shards(root: Path) -> tuple[list[str], int, str, Callable[[], TraceData]]:
+    try:
+        shards = Shards.open(root)
+    except ValueError as exc:
+        raise SqlError(str(exc)) from None
+    return [str(p) for p in shards.paths()], shards.base_ns, str(root), lambda: load_shards(root)
+
+
+def _run_of(source: str) -> str | None:
+    """The run id when the shards hold exactly one run (the report's rows do not keep it per row)."""
+    try:
+        runs = Shards.open(source).doc.get("runs") or []
+    except (ValueError, OSError):
+        return None
+    return str(runs[0]) if len(runs) == 1 else None
+
+
+def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
+    from ...merge.shards.schema import COLUMNS
+
+    if files:
+        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        con.execute(f"CREATE VIEW spans AS SELECT * FROM read_parquet([{listed}], hive_partitioning = false)")
+    else:
+        types = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER"}
+        cols = ", ".join(f'"{c.name}" {types[c.type]}' for c in COLUMNS)
+        con.execute(f"CREATE TABLE spans ({cols})")
+    con.execute(stage_macro())
+    # literals, not bound parameters: binding Python values makes DuckDB import pandas (~1 s a query)
+    con.execute(
+        f"CREATE TABLE trace AS SELECT {int(base_ns)}::BIGINT AS base_ns, '{_quote(source)}' AS source"
+    )

@@ -1,0 +1,155 @@
+"""80-column terminals (issue 29, item 5): every report table, the diff and ``--help`` fit, and what a
+row is about (its key column), a verdict and every number stay whole — checked at a fixed width."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from rich.cells import cell_len
+from rich.console import Console
+
+from rl_trace_observer.analysis.query import diff, diff_render
+from rl_trace_observer.analysis.report import terminal
+from rl_trace_observer.analysis.report.answer_tables import tables as answer_tables
+from rl_trace_observer.analysis.report.rollout import rollout_section
+from rl_trace_observer.analysis.report.rollout_tables import tables as rollout_tables
+
+from .conftest import ROOT, clean_env
+from .test_report_definitions import summary  # noqa: F401 (the module fixture)
+from .test_report_rollout import _trace
+
+WIDTH = 80
+NUMBER = re.compile(r"[-+±−]?\d[\d,.]*(?: (?:ns|µs|ms|s))?%?")
+
+
+def _render(renderable: Any) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=WIDTH).print(renderable)
+    return buf.getvalue()
+
+
+def _fits(text: str) -> None:
+    wide = [line for line in text.splitlines() if cell_len(line.rstrip()) > WIDTH]
+    assert not wide, "\n".join(wide)
+    assert "…" not in text  # nothing cut with an ellipsis
+
+
+def _visible(text: str, cells: list[str]) -> None:
+    """Each word of each cell appears intact (a long key may wrap between words, never inside one)."""
+    words = set(text.split())
+    for cell in cells:
+        for word in cell.split():
+            assert word in words, f"{word!r} of {cell!r} is cut"
+
+
+def _whole(text: str, cells: list[str]) -> None:
+    """Each cell appears on one line, as is (not wrapped, not cut)."""
+    lines = text.splitlines()
+    for cell in cells:
+        assert any(cell in line for line in lines), f"{cell!r} is cut or wrapped"
+
+
+@pytest.fixture(scope="module")
+def full(summary: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+    spans, windows, training = _trace()
+    return {**summary, "rollout": rollout_section(spans, windows, training)}
+
+
+def test_the_whole_report_fits_80_columns(full: dict[str, Any]) -> None:
+    buf = io.StringIO()
+    terminal.render(full, Console(file=buf, width=WIDTH))
+    _fits(buf.getvalue())
+
+
+def test_every_plain_tables_key_column_and_numbers_stay_whole(full: dict[str, Any]) -> None:
+    plain = answer_tables(full) + rollout_tables(full["rollout"], windows=full["steps"])
+    assert len(plain) >= 7
+    for t in plain:
+        text = _render(terminal.plain_table(t, True, WIDTH))
+        _fits(text)
+        _visible(text, [row[0] for row in t.rows])  # the key column
+        shown = re.search(r"without ([^)]*)\)", " ".join(text.split()))
+        left_out = {h.strip() for h in shown.group(1).split(",")} if shown else set()
+        for row in t.rows:
+            for i, cell in enumerate(row):
+                header = t.short.get(i, t.headers[i])
+                if i not in t.left and header not in left_out and NUMBER.fullmatch(cell):
+                    _whole(text, [cell])
+
+
+def test_the_idle_cause_headers_are_not_cut(full: dict[str, Any]) -> None:
+    (idle,) = [t for t in answer_tables(full) if t.title.startswith("Idle time by cause")]
+    text = _render(terminal.plain_table(idle, True, WIDTH))
+    words = {w for i in range(3, len(idle.headers)) for w in idle.short.get(i, idle.headers[i]).split()}
+    for word in words:
+        assert re.search(rf"(^|\s){re.escape(word)}(\s|$)", text, re.M), word
+
+
+def test_diff_keeps_the_series_and_the_verdict_at_80_columns() -> None:
+    def run(values: list[int]) -> dict[str, Any]:
+        steps = [
+            {
+                "step": i + 1,
+                "dur_ns": v,
+                "roles": [{"role": "trainer_with_a_long_role_name", "mean_ns": {"update": v}}],
+            }
+            for i, v in enumerate(values)
+        ]
+        return {"source": {"path": "/a/very/long/path/to/a/run/report.json"}, "steps": steps}
+
+    result = diff.compare(
+        run([100_000_000, 101_000_000, 99_000_000]), run([150_000_000, 151_000_000, 149_000_000])
+    )
+    text = _render(diff_render.terminal(result, width=WIDTH))
+    _fits(text)
+    for row in result["rows"]:
+        _whole(text, [row["key"], diff_render.verdict(row)])
+    assert "CHANGED" in text
+
+
+def test_a_one_step_diff_has_no_band_and_a_tie_is_the_same() -> None:
+    one = {
+        "source": {"path": "a"},
+        "steps": [{"step": 1, "dur_ns": 5, "roles": [{"role": "t", "mean_ns": {"update": 7}}]}],
+    }
+    other = {
+        "source": {"path": "b"},
+        "steps": [{"step": 1, "dur_ns": 6, "roles": [{"role": "t", "mean_ns": {"update": 7}}]}],
+    }
+    rows = {r["key"]: r for r in diff.compare(one, other)["rows"]}
+    assert diff_render.verdict(rows["step"]) == "no band" and not rows["step"]["noise_known"]
+    assert diff_render.verdict(rows["t/update"]) == "same"
+
+
+def test_skip_first_beyond_the_steps_names_the_option() -> None:
+    run = {"source": {"path": "a"}, "steps": [{"step": s, "dur_ns": 5, "roles": []} for s in (1, 2, 3)]}
+    with pytest.raises(diff.DiffError, match=r"--skip-first 5 leaves no step of A \(3 step\(s\)\)"):
+        diff.compare(run, run, skip_first=5)
+
+
+@pytest.mark.parametrize(
+    "command", ["", "merge", "report", "sql", "diff", "demo", "collect", "view", "config"]
+)
+def test_help_fits_80_columns_with_every_default(command: str) -> None:
+    env = clean_env(COLUMNS=str(WIDTH), TERM="dumb")
+    argv = [sys.executable, "-m", "rl_trace_observer.cli.main", *command.split(), "--help"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    _fits(text)
+    assert not re.search(r"<(str|int|float|bool|list)", text) and "{" not in text.split("\n")[0]
+    assert "..." not in text.split("Commands:")[-1] if not command else True  # command list whole
+    if command == "merge":
+        assert len(text.splitlines()) <= 45
+        for default in ("[default: auto]", "[default: 1000.0", "(default: 2)", "[default: 600.0"):
+            assert default in " ".join(text.split()), default
+    if command == "report":
+        flat = " ".join(text.split())
+        assert "span shards" in flat and ".pftrace" in flat
+    assert os.environ.get("RL_TRACE_OUTPUT_DIR") is None or True
