@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from rl_trace_observer.merge.formats import ReadContext
 from rl_trace_observer.merge.formats.kineto import Kineto
 from rl_trace_observer.merge.formats.kineto.markers import read_markers
 from rl_trace_observer.merge.plan.build import plan_sources
-from rl_trace_observer.merge.timeline.steps import marker_number
+from rl_trace_observer.merge.timeline.steps import marker
 
 from .cli_run import rl_trace
 from .corpus.recorded import record_process
@@ -34,23 +35,26 @@ needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"no real traces at {R
 WITH_STEPS = ("dlrm-8rank", "hta-2rank", "kineto-cudagraph", "kineto-keys-after-events")
 
 
-def _read_steps(path: Path) -> list[tuple[int, int, int]]:
-    """(N, start_ns, end_ns) of the CPU ProfilerStep#N ranges the format's full read places."""
+def _read_steps(path: Path) -> list[tuple[int, int, int, int]]:
+    """(stated step, kind, start_ns, end_ns) of the CPU step markers the format's full read places."""
     src = discover([str(path)])[0]
     res = Kineto().read(read_content(src).data, ReadContext(src.url, src.name))
     if res.skip:
         return []
     out = []
     for e in res.events:
-        n = marker_number(e.name) if isinstance(e.name, str) else None
-        if n is not None and e.ph == "X" and e.cat == "user_annotation":
-            out.append((n, int(e.ts), int(e.ts) + int(e.dur)))
+        if e.ph != "X" or e.cat != "user_annotation" or not isinstance(e.name, str):
+            continue
+        args = json.loads(bytes(e.args)) if isinstance(e.args, msgspec.Raw) else {}
+        m = marker(e.name, int(e.ts), int(e.ts) + int(e.dur), args if isinstance(args, dict) else {})
+        if m is not None:
+            out.append((-1 if m.stated is None else m.stated, m.priority, m.start_ns, m.end_ns))
     return sorted(out)
 
 
-def _scanned(path: Path) -> list[tuple[int, int, int]]:
+def _scanned(path: Path) -> list[tuple[int, int, int, int]]:
     found = read_markers(discover([str(path)])[0])
-    return sorted((-1 if m.stated is None else m.stated, m.start_ns, m.end_ns) for m in found)
+    return sorted((-1 if m.stated is None else m.stated, m.priority, m.start_ns, m.end_ns) for m in found)
 
 
 @needs_real
@@ -64,11 +68,12 @@ def test_the_planning_scan_finds_what_the_read_places(name: str) -> None:
 
 
 # a Kineto-shaped document: other events, ProfilerStep ranges (CPU, and GPU copies on the device
-# clock), keys in torch's order or another, braces and quotes inside strings, the anchor first, last
-# or absent (absolute epoch µs, torch < 2.4)
+# clock), record_function ranges the rule also knows (any case, a step argument or none), keys in
+# torch's order or another, braces and quotes inside strings, the anchor first, last or absent
+# (absolute epoch µs, torch < 2.4)
 _us = st.integers(0, 10**12).map(lambda n: Decimal(n) / 1000)
 _event = st.tuples(
-    st.sampled_from(["ProfilerStep#", "aten::mm", "ProfilerStep #", "gpu"]),
+    st.sampled_from(["ProfilerStep#", "aten::mm", "ProfilerStep #", "gpu", "train_batch", "Global_Step"]),
     st.integers(0, 99),
     _us,
     _us,
@@ -83,6 +88,9 @@ def _document(events: list[tuple[Any, ...]], anchor: str) -> bytes:
     parts = []
     for kind, n, ts, dur, text, name_last in events:
         name = f"{kind}{n}" if kind.startswith("ProfilerStep") else kind
+        args: dict[str, Any] = {"note": text, "nested": {"x": text}}
+        if kind == "Global_Step" and n % 2:
+            args["step"] = n
         cat = "gpu_user_annotation" if kind == "gpu" else "user_annotation"
         if kind == "gpu":
             name = f"ProfilerStep#{n}"
@@ -93,7 +101,7 @@ def _document(events: list[tuple[Any, ...]], anchor: str) -> bytes:
             ('"tid"', "1"),
             ('"ts"', str(ts + offset)),
             ('"dur"', str(dur)),
-            ('"args"', json.dumps({"note": text, "nested": {"x": text}})),
+            ('"args"', json.dumps(args)),
         ]
         fields.insert(len(fields) if name_last else 2, ('"name"', json.dumps(name)))
         parts.append("{" + ", ".join(f"{k}: {v}" for k, v in fields) + "}")
@@ -181,3 +189,28 @@ def test_a_run_with_rl_insight_logs_takes_no_profiler_steps(tmp_path: Path) -> N
     report = summarize(out)
     assert report["source"]["stage_source"] == "rl_insight"
     assert [s["step"] for s in report["steps"]] == [None]  # one window, as the plan: no marker
+
+
+def test_a_train_batch_annotation_wins_in_the_plan_as_in_the_report(tmp_path: Path) -> None:
+    """A profiler-only trace with ``record_function("train_batch")`` ranges besides ``ProfilerStep#N``:
+    the rule prefers ``train_batch``, in the report (names read as stages) and in the plan alike."""
+    ms = Decimal(1000)
+    events = [
+        ("ProfilerStep#", 7, 0 * ms, 100 * ms, "", False),
+        ("ProfilerStep#", 8, 100 * ms, 100 * ms, "", False),
+        ("train_batch", 0, 10 * ms, 50 * ms, "", True),
+        ("train_batch", 0, 110 * ms, 50 * ms, "", False),
+        ("aten::mm", 0, 20 * ms, 5 * ms, "", False),
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(_document(events, "first")))
+    plan = plan_sources(discover([str(run)]))
+    out = tmp_path / "m.json.gz"
+    proc = rl_trace("merge", str(run), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = summarize(out)
+    base = json.loads(gzip.decompress(out.read_bytes()))["rl_trace_observer"]["base_ns"]
+    windows = {s["step"]: (s["start_ns"] + base, s["end_ns"] + base) for s in report["steps"]}
+    assert report["source"]["steps_from"] == "train_batch" and sorted(windows) == [1, 2]
+    assert plan.step_windows == windows

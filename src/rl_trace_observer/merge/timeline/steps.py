@@ -2,7 +2,7 @@
 ``--split-steps``, views), the report (``analysis.report.windows.step_windows`` calls it) and the
 report's SQL tables, so a row's step is the step the report gives it. The markers themselves are a
 format's to find (``Format.step_markers``: RL-Insight's event logs, :mod:`..formats.rl_insight.markers`;
-a profiler trace's ``ProfilerStep#N``, :mod:`..formats.kineto.markers`).
+a profiler trace's CPU ranges of these names, ``ProfilerStep#N`` mostly, :mod:`..formats.kineto.markers`).
 
 A marker is a span whose whole name is one of :data:`STEP_MARKERS`, in preference order: a
 ``global_step`` span (the VERL integration and the demo write one per training step), else VERL's
@@ -29,7 +29,7 @@ STEP_MARKERS: tuple[tuple[str, str], ...] = (
     (r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
     (r"^ProfilerStep\s*#\s*\d+$", "torch.profiler's prof.step() ranges: steps of a profiler-only trace"),
 )
-NAMED_MARKERS = ("global_step", "train_batch")  # the markers RL-Insight logs hold, by their exact name
+NAMED_MARKERS = ("global_step", "train_batch")  # the rows above that are one plain name
 STEP_KEYS = ("step", "global_step", "global_steps")
 _COMPILED = tuple(re.compile(pattern, re.IGNORECASE) for pattern, _ in STEP_MARKERS)
 _NUMBERED = re.compile(r"^ProfilerStep\s*#\s*(\d+)$", re.IGNORECASE)

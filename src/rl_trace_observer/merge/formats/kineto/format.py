@@ -36,7 +36,7 @@ class Kineto(Format):
     probe, probe_cat = True, "user_annotation"  # record_function regions on the CPU (GPU ones: device clock)
     causality = REGIONS  # a region sits inside its process's RL-Insight stage of the same name
     partner, partner_label = "rl_insight", "RL-Insight log"  # aligned on those stages (.pairing)
-    markers_rank = 1  # ProfilerStep#N: the steps of a run without RL-Insight logs (.markers)
+    markers_rank = 1  # ProfilerStep#N (or a global_step annotation): a run without RL-Insight logs
 
     def sniff(self, head: Head) -> int:
         data = head.ends  # torch writes these keys first; harnesses that re-save a trace, last
@@ -50,7 +50,7 @@ class Kineto(Format):
         return chrome_hints(head, pid_in_head=True, first_ts=True, absolute_us=True)
 
     def step_markers(self, src: Source) -> tuple[Marker, ...]:
-        """Its CPU ``ProfilerStep#N`` ranges (:mod:`.markers`)."""
+        """Its CPU step-marker ranges, ``ProfilerStep#N`` mostly (:mod:`.markers`)."""
         return read_markers(src)
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:

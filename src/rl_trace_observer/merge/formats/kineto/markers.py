@@ -1,5 +1,8 @@
-"""The ``ProfilerStep#N`` spans of one torch.profiler trace, read while planning: the steps of a
-run that has no RL-Insight logs (the step rule itself is :mod:`...timeline.steps`, the report's too).
+"""The step markers of one torch.profiler trace, read while planning: the steps of a run that has
+no RL-Insight logs (the step rule itself is :mod:`...timeline.steps`, the report's too). Its markers
+are the CPU ranges whose whole name is one of the rule's (``ProfilerStep#N``, and a
+``record_function`` named ``global_step`` or ``train_batch``, which the rule prefers, as the report
+does), matched without case as the report matches them.
 
 Why a byte scan and not the format's read: planning must stay cheap, and the markers are a few
 events among millions. The file is inflated once more and searched for the marker's name; only the
@@ -18,10 +21,12 @@ from typing import Any
 import orjson
 
 from ...files.sources import Source, read_content
-from ...timeline.steps import Marker, marker
+from ...timeline.steps import NAMED_MARKERS, Marker, marker
 from ..base.chrome_hints import ABSOLUTE_US
 
-_NAME = re.compile(rb'"name"\s*:\s*"ProfilerStep\s*#\s*\d+"')
+_NAME = re.compile(
+    rb'"name"\s*:\s*"(?i:ProfilerStep\s*#\s*\d+|' + b"|".join(n.encode() for n in NAMED_MARKERS) + rb')"'
+)
 _BASE = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 _TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
 _DUR = re.compile(rb'"dur"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
@@ -31,12 +36,10 @@ _MAX_TRIES = 64  # opening braces tried backwards from a hit (nested args, brace
 
 
 def read_markers(src: Source) -> tuple[Marker, ...]:
-    """The CPU ``ProfilerStep#N`` ranges of one trace, in absolute ns (none when it cannot be placed)."""
+    """The CPU step-marker ranges of one trace, in absolute ns (none when it cannot be placed)."""
     try:
         data = read_content(src).data
     except Exception:  # unreadable here: its read reports it; no windows from it
-        return ()
-    if b"ProfilerStep" not in data:  # one fast search; the pattern only where the name occurs
         return ()
     hits = [m.start() for m in _NAME.finditer(data)]
     if not hits:
