@@ -11,7 +11,6 @@ from .rollout_tables import PlainTable
 from .style import COLORS, LABELS, fmt_ns, fmt_pct, step_label
 
 MAX_ROWS = 64
-NAME_WIDTH = 34
 STAGE_COLORS = {**COLORS, "none": "#B0B0B0"}
 
 
@@ -46,12 +45,12 @@ def _device(r: dict[str, Any]) -> str:
 
 
 def short_name(name: str) -> str:
-    """``void at::native::vectorized_elementwise_kernel<4, …>(…)`` → its last name part."""
+    """``void at::native::vectorized_elementwise_kernel<4, …>(…)`` → its last name part, never cut
+    (a narrow terminal folds a long one; the JSON and ``kernels`` table keep the full name)."""
     base = name.removeprefix("void ")
     for stop in ("<", "("):
         base = base.split(stop, 1)[0]
-    base = base.rsplit("::", 1)[-1].strip() or name
-    return base if len(base) <= NAME_WIDTH else base[: NAME_WIDTH - 1] + "…"
+    return base.rsplit("::", 1)[-1].strip() or name
 
 
 def _steps_table(gpu: dict[str, Any]) -> PlainTable:
@@ -162,7 +161,7 @@ def _while_table(gpu: dict[str, Any]) -> PlainTable | None:
         ["role", "GPU idle", "most", "then", "then"],
         rows,
         (0, 2, 3, 4),
-        "CPU in <stage>: the host ran that stage but launched nothing (host-bound); CPU waited for …: "
+        "CPU in <stage>: the host ran that stage but launched nothing (host-bound); CPU waited for <what>: "
         "the idle causes of the answers",
     )
 

@@ -140,8 +140,9 @@ def _stragglers_table(summary: dict[str, Any], limit: int, compact: bool) -> Tab
 def _longest_table(summary: dict[str, Any], compact: bool) -> Table:
     table = _table("Longest spans (any source)", compact)
     cols = ("duration", "name", "step", "process") + (() if compact else ("thread",))
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("duration", "step") else "left")
+    for col in cols:  # a long name (a kernel's) folds onto the next line rather than be cut
+        number = col in ("duration", "step")
+        table.add_column(col, justify="right" if number else "left", overflow="fold", no_wrap=number)
     for s in summary["longest_spans"]:
         row: list[str | Text] = [
             fmt_ns(s["dur_ns"]),
