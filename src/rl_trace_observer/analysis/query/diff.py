@@ -5,7 +5,9 @@ trace, span shards, a run directory). Series, one value per step:
 
 - ``step``: the step's wall time;
 - ``<role>/<category>``: the role's mean time per lane in that category (``idle`` included) — the
-  report's ``steps[].roles[].mean_ns``.
+  report's ``steps[].roles[].mean_ns``;
+- ``<role>/gpu_busy``, ``gpu_compute``, ``gpu_comm``, ``gpu_memory``, ``gpu_idle``: the mean per GPU of
+  the role of the report's ``gpu.rows`` of the step (:mod:`..gpu.answers`).
 
 Per series: the mean over steps of A and of B, ``delta_ns`` = B − A, ``delta_pct`` against A, and a
 noise band ``noise_ns`` = 2·√(s²_A/n_A + s²_B/n_B) from the step-to-step spread (s: the sample
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..gpu.answers import gpu_series
 
 SCHEMA = "rl-trace-diff/1"
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -65,11 +69,13 @@ def load_summary(path: str | Path) -> dict[str, Any]:
 def series(summary: dict[str, Any], skip_first: int = 0) -> dict[str, list[float]]:
     """One value per step for every series of the module docstring."""
     out: dict[str, list[float]] = {}
-    for st in (summary.get("steps") or [])[skip_first:]:
+    steps = (summary.get("steps") or [])[skip_first:]
+    for st in steps:
         out.setdefault("step", []).append(float(st["dur_ns"]))
         for role in st.get("roles") or []:
             for cat, ns in (role.get("mean_ns") or {}).items():
                 out.setdefault(f"{role['role']}/{cat}", []).append(float(ns))
+    out.update(gpu_series(summary, [st["step"] for st in steps]))
     return out
 
 
