@@ -93,7 +93,12 @@ def exit_rows(r: dict[str, Any]) -> list[str]:
 def kill_rows(r: dict[str, Any]) -> list[str]:
     d = r["disk"]
     rep = r["seq_reported_before_kill"]
-    lost = "" if rep is None else f" ({rep - d['spans']} fewer: not yet handed to the drain)"
+    if rep is None:
+        lost = ""
+    elif rep > d["spans"]:
+        lost = f" ({rep - d['spans']} fewer: not yet handed to the drain)"
+    else:  # the loop kept going between its report and the kill
+        lost = f" (all of them on disk, and {d['spans'] - rep} emitted between the report and the kill)"
     return [
         f"SIGKILL while frozen: after the thaw {_n(d['spans'])} "
         f"spans on disk (the loop had reported {rep} just "

@@ -66,12 +66,13 @@ fi
 # The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
 # above; rebuild when its source changed, since a twin older than its source is ignored (merge/writers/native.py).
 native_stamp=.venv/.rl-trace-native
-native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx | sha256sum | cut -d' ' -f1)
+native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
+  src/rl_trace_observer/analysis/gpu/_gpu_native.pyx | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
-  step "building the merger's compiled .pftrace encoder (Cython)"
+  step "building the compiled twins (Cython: the .pftrace encoder, the report's GPU loops)"
   .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
 fi

@@ -227,7 +227,9 @@ def test_wall_clock_jump_inside_a_profiled_step_is_reported(ray_cluster: None, t
     proc.jump.remote(-250_000_000)  # an NTP step back inside the profiled step
     sync.measure(step=7, phase="end")
     assert ray.get(proc.rl_trace_clock_flush.remote()) and ref.flush()
-    cp = plan(_records(out), mode="aligned")
+    # a loaded machine stretches one round trip past the default 1 ms bound, and the merge then
+    # sets that measurement aside: the jump, not the bound, is what this test is about
+    cp = plan(_records(out), mode="aligned", tolerance_us=5000)
     (jump,) = cp.manifest_section()["hosts"]["host-j"]["jumps"]
     assert jump["inside_profiled_window"] and jump["jump_ns"] == pytest.approx(-250_000_000, abs=20_000_000)
     assert any("jumped" in p["detail"] and "profiled window" in p["detail"] for p in cp.problems)

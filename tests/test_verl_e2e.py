@@ -357,7 +357,7 @@ def test_report_rollout_section_finds_the_slow_requests(run: Run, merged: Path) 
     slow = {rid for rid, row in served.items() if row["slow"]}
     assert slow, "the mock made no request slow"
     summary = summarize(merged)
-    assert summary["schema"] == "rl-trace-report/3"
+    assert summary["schema"] == "rl-trace-report/4"
     ro = summary["rollout"]
     assert ro["requests"] + ro["validation_requests"] == len(served) and ro["linked"] == len(served)
     ranked = [r["request_id"] for r in ro["slowest"]]

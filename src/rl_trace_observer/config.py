@@ -175,9 +175,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RL_TRACE_NATIVE",
         "1",
-        "Merger only. `0`: run the `.pftrace` encoder's pure-Python loops even where their compiled "
-        "twin (built by Cython at install, see Dependencies) is present, e.g. to compare the two. `1`: "
-        "use the twin when built and current (output is byte-identical either way).",
+        "Merger and report only. `0`: run the `.pftrace` encoder's and the report's GPU analysis' "
+        "pure-Python loops even where their compiled twins (built by Cython at install, see "
+        "Dependencies) are present, e.g. to compare the two. `1`: use the twins when built and "
+        "current (output is identical either way).",
     ),
 )
 

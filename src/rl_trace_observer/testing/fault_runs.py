@@ -82,6 +82,7 @@ class Traced:
             cwd="/",
         )
         self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.drain: int | None = None  # the loop's drain process, once an answer named it
         self.errors: list[str] = []  # exceptions the loop's observer calls raised (none expected)
         threading.Thread(target=self._read, daemon=True).start()
         ready = self._answers.get(timeout=120)
@@ -96,6 +97,7 @@ class Traced:
                 if "error" in answer:
                     self.errors.append(answer["error"])
                 else:
+                    self.drain = answer.get("drain") or self.drain
                     self._answers.put(answer)
 
     def send(self, command: str) -> None:
@@ -132,10 +134,16 @@ class Traced:
             ln for ln in self.stderr.read().decode(errors="replace").splitlines() if "rl-trace-observer" in ln
         ]
 
-    def close(self) -> None:
+    def close(self, drain_wait_s: float = 30.0) -> None:
+        """End the loop, and its drain if it has not finished by then: a scenario that failed must
+        not leave a drain writing into a mount point the fixture is about to unmount."""
         if self.proc.poll() is None:
             self.kill()
         self.stderr.close()
+        if self.drain is not None and not wait_gone(self.drain, drain_wait_s):
+            with contextlib.suppress(OSError):
+                if b"capture.drain" in Path(f"/proc/{self.drain}/cmdline").read_bytes():  # still ours
+                    os.kill(self.drain, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- what is on disk

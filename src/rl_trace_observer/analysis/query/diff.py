@@ -6,11 +6,13 @@ trace, span shards, a run directory). Series, one value per step:
 - ``step``: the step's wall time;
 - ``<role>/<category>``: the role's mean time per lane in that category (``idle`` included) — the
   report's ``steps[].roles[].mean_ns``;
+- ``<role>/gpu_busy``, ``gpu_compute``, ``gpu_comm``, ``gpu_memory``, ``gpu_idle``: the mean per GPU of
+  the role of the report's ``gpu.rows`` of the step (:mod:`..gpu.answers`);
 - from the metric sampler (the report's ``telemetry``), when both runs have it:
   ``engine/running`` and ``engine/waiting`` (mean over replicas of the time-weighted mean, requests),
   ``engine/kv_cache_max`` (highest over replicas, fraction), ``engine/generation_tokens_per_s`` and
   ``engine/prompt_tokens_per_s`` (summed over replicas), ``engine/preemptions`` (summed);
-  ``gpu_util/<role>/<stage>`` (%), ``gpu_memory/<role>/<stage>`` (bytes), ``host_cpu/<role>/<stage>``
+  ``gpu_util/<role>/<stage>`` (%), ``gpu_memory_used/<role>/<stage>`` (bytes), ``host_cpu/<role>/<stage>``
   (%). Their category is the part before the first ``/`` (``gpu_util<-10%`` gates every role's).
 
 Every row has ``unit`` and ``a``/``b``/``delta``/``noise`` in it; time series also keep their
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..gpu.answers import gpu_series
 
 SCHEMA = "rl-trace-diff/1"
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -74,11 +78,13 @@ def load_summary(path: str | Path) -> dict[str, Any]:
 def series(summary: dict[str, Any], skip_first: int = 0) -> dict[str, list[float]]:
     """One value per step for every time series of the module docstring (ns)."""
     out: dict[str, list[float]] = {}
-    for st in (summary.get("steps") or [])[skip_first:]:
+    steps = (summary.get("steps") or [])[skip_first:]
+    for st in steps:
         out.setdefault("step", []).append(float(st["dur_ns"]))
         for role in st.get("roles") or []:
             for cat, ns in (role.get("mean_ns") or {}).items():
                 out.setdefault(f"{role['role']}/{cat}", []).append(float(ns))
+    out.update(gpu_series(summary, [st["step"] for st in steps]))
     return out
 
 
@@ -111,7 +117,7 @@ def telemetry_series(summary: dict[str, Any], skip_first: int = 0) -> dict[str, 
             out[f"engine/{name}"] = (unit, values)
     for section, key, field_, unit in (
         ("gpus", "gpu_util", "mean", "%"),
-        ("gpus", "gpu_memory", "memory_max_bytes", "bytes"),
+        ("gpus", "gpu_memory_used", "memory_max_bytes", "bytes"),  # not gpu_memory: the kernels' time
         ("host_cpu", "host_cpu", "mean", "%"),
     ):
         for r in tel.get(section) or []:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import gpu_tables as gpu_render
 from . import svg
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
@@ -297,6 +298,16 @@ def _answers_section(summary: dict[str, Any]) -> str:
     return _plain_section("Answers: goodput, idle causes, stragglers, critical path", answer_tables(summary))
 
 
+def _gpu_section(summary: dict[str, Any]) -> str:
+    """What the GPUs did per step, device and stage (:mod:`.gpu_tables`); empty without kernels."""
+    plain = gpu_render.tables(summary)
+    if not plain:
+        return ""
+    return _plain_section("GPU: busy, idle and why, per step and stage", plain).replace(
+        "</h2>", "</h2>" + gpu_render.chart(summary), 1
+    )
+
+
 def _plain_section(title: str, plain: list[Any]) -> str:
     if not plain:
         return ""
@@ -322,13 +333,17 @@ def render(summary: dict[str, Any]) -> str:
         f"({esc(src['stage_source'])})</p>",
         _cards(summary),
     ]
-    if summary["steps"]:
+    note = gpu_render.banner(summary)
+    if note:
+        parts.append(f"<p class=warn>{esc(note)}</p>")
+    if any(st["roles"] for st in summary["steps"]):
         parts += [_steps_section(summary), _ranks_section(summary), _overlap_section(summary)]
-    else:
+    elif not summary.get("gpu"):
         parts.append(
             "<p class=warn>No stage spans found: is this a merged trace of an RL-Insight-instrumented "
             "run?</p>"
         )
+    parts.append(_gpu_section(summary))
     parts.append(_answers_section(summary))
     parts += [_stragglers_section(summary), _longest_section(summary), _metrics_section(summary)]
     parts.append(_rollout_section(summary))

@@ -18,13 +18,14 @@ import orjson
 
 from ...merge.shards.arrow import compute
 from ...merge.shards.dataset import Shards
+from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from .load import LONGEST_KEPT, STAGE_CATEGORIES, Counter, Span, TraceData, split_labels
 from .stages import OTHER, classify
 
 _COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid", "job", "ordinal"]
 
 
-def load_shards(root: str | Path) -> TraceData:
+def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
     shards = Shards.open(root)
     data = TraceData(path=str(root), mode="shards")
     data.metadata = {
@@ -44,7 +45,7 @@ def load_shards(root: str | Path) -> TraceData:
     begins_ends: list[dict[str, Any]] = []
     known: dict[str, bool] = {}
     for table in shards.scan([*_COLUMNS, "args"]):
-        _part(table, base, known, kept, counters, longest, begins_ends, data)
+        _part(table, base, known, kept, counters, longest, begins_ends, data, gpu)
     _pair(begins_ends, base, known, kept, longest, data)
     data.spans = [s for _, _, s in sorted(kept, key=lambda k: k[:2])]
     data.counters = [c for _, _, cs in sorted(counters, key=lambda k: k[:2]) for c in cs]
@@ -85,6 +86,7 @@ def _part(
     longest: list[tuple[int, int, int, Span]],
     begins_ends: list[dict[str, Any]],
     data: TraceData,
+    gpu: bool = True,
 ) -> None:
     pc = compute()
     ph = table.column("ph")
@@ -102,9 +104,51 @@ def _part(
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
+    if gpu:
+        _gpu(slices, base, data)
     for row in table.filter(pc.equal(ph, "C")).to_pylist():
         counters.append((row["job"], row["ordinal"], _counters(row, base)))
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
+
+
+_STREAM = r'"stream"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+_CORRELATION = r'"correlation"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+
+
+def _arg_ints(table: Any, pattern: str) -> list[Any]:
+    """An integer ``args`` key of every row, read with Arrow (None where absent or not an int)."""
+    import pyarrow as pa
+
+    pc = compute()
+    found = pc.extract_regex(pc.fill_null(table.column("args"), ""), pattern)
+    return pc.cast(pc.struct_field(found, "v"), pa.int64()).to_pylist()  # type: ignore[no-any-return]
+
+
+def _gpu(slices: Any, base: int, data: TraceData) -> None:
+    """Kineto kernels and launches of one part into the report's kernel store (as the JSON loader:
+    the same ``args.stream`` / ``args.correlation``, read by regular expression in Arrow)."""
+    pc = compute()
+    cats = slices.column("category")
+    kernels = slices.filter(pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(GPU_CATEGORIES))), False))
+    launches = slices.filter(
+        pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
+    )
+    if kernels.num_rows:
+        pid, tid, ts, dur, name, cat = (
+            c.to_pylist()
+            for c in (kernels.column("trace_pid"), kernels.column("trace_tid"),
+                      pc.subtract(kernels.column("ts_ns"), base), pc.fill_null(kernels.column("dur_ns"), 0),
+                      pc.fill_null(kernels.column("name"), ""), kernels.column("category"))
+        )  # fmt: skip
+        streams, corrs = _arg_ints(kernels, _STREAM), _arg_ints(kernels, _CORRELATION)
+        data.gpu.extend_kernel_ids(pid, tid, ts, dur, name, cat, streams, corrs)
+    if launches.num_rows:
+        corrs = _arg_ints(launches, _CORRELATION)
+        data.gpu.extend_launch_ids(
+            launches.column("trace_pid").to_pylist(), launches.column("trace_tid").to_pylist(),
+            pc.subtract(launches.column("ts_ns"), base).to_pylist(),
+            pc.fill_null(launches.column("dur_ns"), 0).to_pylist(), corrs,
+        )  # fmt: skip
 
 
 def _strings(values: list[str]) -> Any:

@@ -8,7 +8,8 @@ A format answers, for its own files and nobody else's:
 - ``read(data, ctx)``: the file's events on the timeline (absolute integer ns, or µs after the anchor
   the format found, ``deferred``, converted exactly once later: :mod:`..timeline.times`), the anchor,
   the names from its metadata, what it had to drop;
-- ``step_markers(src)``: the step-marker spans of a file, read while planning (RL-Insight logs);
+- ``step_markers(src)``: the step-marker spans of a file, read while planning (RL-Insight logs'
+  ``global_step``, a profiler trace's ``ProfilerStep#N``; ``markers_rank`` says whose count);
 - ``process_of`` / ``lane_of``: what a source pid means (an OS process, or a device/synthetic lane
   under its owner) and how to name a thread;
 - and, as plain attributes, what the other stages ask of it: whether it holds events at all, how its
@@ -114,6 +115,10 @@ class Format:
     partner: str | None = None  # kind of the file in its process it aligns on (in another job)
     partner_label: str = ""  # how a problem names that partner file
     counts: tuple[tuple[str, bool], ...] = ()  # (stats key, always shown) it adds to manifest counts
+    # whose step markers make the run's step windows: the formats of the lowest rank that has files
+    # (0: RL-Insight logs, 1: profiler traces' ProfilerStep#N), as the report reads RL-Insight's spans
+    # whenever a trace has any; None: its files hold no markers
+    markers_rank: int | None = None
 
     def sniff(self, head: Head) -> int:
         return 0
@@ -126,7 +131,7 @@ class Format:
 
     def step_markers(self, src: Source) -> tuple[Marker, ...] | None:
         """The step-marker spans of one of its files, read cheaply while planning (the step rule is
-        :mod:`...timeline.steps`); None: its files hold none (nothing is opened)."""
+        :mod:`...timeline.steps`); None: its files hold none (``markers_rank`` None: nothing is opened)."""
         return None
 
     def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> ProcessRef:
