@@ -102,3 +102,13 @@ def test_demo_samples_table_counts_what_perfetto_shows(demo: dict[str, Any]) -> 
     assert ("rollout", "vllm:num_requests_running", "gauge") in [g[:3] for g in got]
     assert ("rollout", "vllm:generation_tokens", "rate") in [g[:3] for g in got]
     assert hosts == [("Host",)]
+
+
+def test_naming_samples_builds_the_report_steps_its_step_column_needs() -> None:
+    """``rl-trace sql`` builds the report's tables only when a query names them (issue 26); the
+    ``samples`` view's ``step`` comes from ``steps``, so naming ``samples`` asks for it too."""
+    from rl_trace_observer.analysis.query.report_tables import named_in
+
+    assert named_in("SELECT step, count(*) FROM samples GROUP BY 1") == {"steps"}
+    assert named_in("SELECT * FROM samples JOIN kernels USING (step)") == {"steps", "kernels"}
+    assert named_in("SELECT count(*) FROM spans") == set()
