@@ -24,8 +24,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RL_TRACE_METRICS", "0")
 # The metric sampler's node folders (locks, member lists, targets) of this session's runs: in a folder
 # of the session's own, removed at its end, never in the shared <temp dir>/rl-trace-observer-<uid>.
-_NODE_DIR = tempfile.mkdtemp(prefix="rl-trace-test-nodes-")
-os.environ["RL_TRACE_METRICS_NODE_DIR"] = _NODE_DIR
+# A process that imports this module with the variable set (a Ray worker or a spawned child that
+# unpickles a test's function imports tests.conftest too) uses that folder and creates none.
+_OWN_NODE_DIR = not os.environ.get("RL_TRACE_METRICS_NODE_DIR")
+if _OWN_NODE_DIR:
+    os.environ["RL_TRACE_METRICS_NODE_DIR"] = tempfile.mkdtemp(prefix="rl-trace-test-nodes-")
+_NODE_DIR = os.environ["RL_TRACE_METRICS_NODE_DIR"]
 
 
 # Nor does this process ever join one: in-process tests configure recorders from dicts (where
@@ -37,7 +41,8 @@ _sampler_node.stay_out()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    shutil.rmtree(_NODE_DIR, ignore_errors=True)  # a sampler still running sees it go and leaves
+    if _OWN_NODE_DIR:  # only the folder this process made; a sampler still running sees it go, leaves
+        shutil.rmtree(_NODE_DIR, ignore_errors=True)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
