@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,15 +47,54 @@ def _call(w: dict[str, Any], name: str) -> str:
     return _ms(c["max_ms"])
 
 
-def freeze_rows(r: dict[str, Any]) -> list[str]:
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else float("nan")
+
+
+def pooled_q(windows: list[dict[str, Any]], p: float) -> float | None:
+    """The ``p`` quantile of all calls of ``windows`` together, from each one's slowest 1 %
+    (exact while the pooled tail is in them: up to 10 windows for p99.9)."""
+    n = sum(w.get("n", 0) for w in windows)
+    tail = sorted((x for w in windows for x in w.get("tail_ms", ())), reverse=True)
+    rank = n - 1 - int(n * p)  # 0-based from the slowest, as the loop's own percentiles
+    return tail[rank] if 0 <= rank < len(tail) else None
+
+
+def _sched(w: dict[str, Any], who: str, key: str) -> str:
+    v = w.get("sched", {}).get(who, {}).get(key)
+    return "?" if v is None else f"{v:,.0f}"
+
+
+def freeze_rows(r: dict[str, Any], control: dict[str, Any] | None = None) -> list[str]:
     w = r["windows"]
     f, u = w["frozen"], w["unfaulted"]
     d = r["disk"]
-    ratio = f["p999_ms"] / u["p999_ms"] if u.get("p999_ms") else float("nan")
+    ratio = _ratio(f["p999_ms"], u["p999_ms"])
+    p99_ratio = _ratio(f.get("p99_ms"), u.get("p99_ms"))
     specials = ", ".join(f"{k} {_call(w, 'frozen/' + k)}" for k in KINDS)
-    return [
+    rows = [
         f"one span call: p50 {_ms(f['p50_ms'])}, p99.9 {_ms(f['p999_ms'])} ({ratio:.2f}× unfaulted "
-        f"{_ms(u['p999_ms'])}), max {_ms(f['max_ms'])} (unfaulted max {_ms(u['max_ms'])})",
+        f"{_ms(u['p999_ms'])}), max {_ms(f['max_ms'])} (unfaulted max {_ms(u['max_ms'])}); "
+        f"load {r['load']:.1f}",
+        f"  p99 {_ms(f.get('p99_ms'))} ({p99_ratio:.2f}× unfaulted), calls over "
+        f"1 ms {f.get('over_1ms', '?')} (unfaulted {u.get('over_1ms', '?')})",
+    ]
+    if control is not None:
+        cw = control["windows"]
+        cf, cu = cw["frozen"], cw["unfaulted"]
+        rows.append(
+            f"  its control run (same windows, disk NOT frozen; load {control['load']:.1f}): p99.9 "
+            f"{_ratio(cf['p999_ms'], cu['p999_ms']):.2f}×, p99 "
+            f"{_ratio(cf.get('p99_ms'), cu.get('p99_ms')):.2f}×, "
+            f"max {_ms(cf['max_ms'])}, calls over 1 ms {cf.get('over_1ms', '?')} ({cu.get('over_1ms', '?')})"
+        )
+    pu, pf = u.get("pump", {}), f.get("pump", {})
+    rows += [
+        f"  frozen window (unfaulted): main thread waited for a CPU {_sched(f, 'main', 'wait_ms')} ms "
+        f"({_sched(u, 'main', 'wait_ms')}); pump CPU {pf.get('cpu_ms', '?')} ms ({pu.get('cpu_ms', '?')}) "
+        f"in {pf.get('cycles', '?')} cycles ({pu.get('cycles', '?')}), largest outbox "
+        f"{pf.get('max_outbox_kib', '?')} KiB ({pu.get('max_outbox_kib', '?')}); drain CPU "
+        f"{_sched(f, 'drain', 'cpu_ms')} ms ({_sched(u, 'drain', 'cpu_ms')})",
         f"calls during the freeze: {_n(f['n'])} in {f['seconds']:.1f} "
         f"s (expected ~{_n(r['expected_frozen_calls'])})",
         f"other calls made during it: {specials}",
@@ -63,6 +103,47 @@ def freeze_rows(r: dict[str, Any]) -> list[str]:
         f"in order {d['seq_in_order']}, none missing {d['seq_contiguous']}; record {d['record_events']}; "
         f"exit {_s(r['exit_s'])}",
     ]
+    return rows
+
+
+def summary_rows(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Every run's ratio, frozen next to control, and the p99.9 of all their calls pooled."""
+    rows = []
+    for label, rs in runs.items():
+        if not rs:
+            continue
+        ratios = [_ratio(r["windows"]["frozen"]["p999_ms"], r["windows"]["unfaulted"]["p999_ms"]) for r in rs]
+        pf = pooled_q([r["windows"]["frozen"] for r in rs], 0.999)
+        pu = pooled_q([r["windows"]["unfaulted"] for r in rs], 0.999)
+        loads = ", ".join(f"{r['load']:.1f}" for r in rs)
+        worst = max(r["windows"]["frozen"]["max_ms"] for r in rs)
+        rows.append(
+            f"{label}: p99.9 ratios {', '.join(f'{x:.2f}' for x in ratios)} "
+            f"({sum(x > 1.5 for x in ratios)} of {len(ratios)} over 1.5×); pooled p99.9 {_ms(pf)} vs "
+            f"unfaulted {_ms(pu)} = {_ratio(pf, pu):.2f}×; max {_ms(worst)}; "
+            f"load {loads}"
+        )
+    return rows
+
+
+def freeze_runs(rate: float, src: str | None, repeat: int, control: bool) -> dict[str, list[str]]:
+    """The 3 s freeze ``repeat`` times, each next to a control run (order alternating: frozen
+    first, then control first, ...), so every frozen ratio has its noise floor beside it."""
+    out: dict[str, list[str]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"frozen": [], "control": []}
+    for i in range(repeat):
+        order = ((False, True) if i % 2 == 0 else (True, False)) if control else (False,)
+        got: dict[bool, dict[str, Any]] = {}
+        for c in order:
+            load = os.getloadavg()[0]
+            with loopfs.loop_ext4(64) as fs:
+                got[c] = fault_runs.freeze(fs, rate, 3.0, src, control=c)
+            got[c]["load"] = load
+            runs["control" if c else "frozen"].append(got[c])
+        out[f"filesystem frozen for 3 s (run {i + 1})"] = freeze_rows(got[False], got.get(True))
+    if repeat > 1:
+        out["filesystem frozen for 3 s: all runs"] = summary_rows(runs)
+    return out
 
 
 def cap_rows(r: dict[str, Any]) -> list[str]:
@@ -136,13 +217,12 @@ def ro_rows(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def run_all(rate: float, src: str | None, repeat: int = 1) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for i in range(1 if src else repeat):
-        with loopfs.loop_ext4(64) as fs:
-            out[f"filesystem frozen for 3 s (run {i + 1})"] = freeze_rows(
-                fault_runs.freeze(fs, rate, 3.0, src)
-            )
+def run_all(
+    rate: float, src: str | None, repeat: int = 1, control: bool = True, freeze_only: bool = False
+) -> dict[str, list[str]]:
+    out = freeze_runs(rate, src, 1 if src else repeat, control and not src)
+    if freeze_only:
+        return out
     with loopfs.loop_ext4(64) as fs:
         out["process asked to exit while frozen"] = exit_rows(fault_runs.exit_while_frozen(fs, rate, src))
     with loopfs.loop_ext4(64) as fs:
@@ -175,7 +255,7 @@ def node_cost(procs: int, rate: float) -> dict[str, Any]:
             time.sleep(3.0)
             reports = [lp.ask("report") for lp in loops]
             drains = [r["drain"] for r in reports]
-            rss = [fault_runs.rss_mib(d) for d in drains]
+            rss = [fault_runs.rss_mib(d) or 0.0 for d in drains]
             pss = [_pss_mib(d) for d in drains]
             return {
                 "procs": procs,
@@ -214,22 +294,26 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="freeze runs of the new design (percentiles are noisy)"
     )
+    ap.add_argument(
+        "--no-control", action="store_true", help="skip the control runs (same windows, no freeze)"
+    )
+    ap.add_argument("--freeze-only", action="store_true", help="only the freeze scenario (and its control)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     reason = loopfs.unavailable_reason()
     if reason:
         raise SystemExit(f"capture_faults: {reason}")
-    import os
-
     print(f"rate {args.rate:g} spans/s; load average {os.getloadavg()[0]:.1f}")
-    results = {"after": run_all(args.rate, None, args.repeat)}
+    results = {"after": run_all(args.rate, None, args.repeat, not args.no_control, args.freeze_only)}
     if args.before:
-        results["before"] = run_all(args.rate, args.before)
+        results["before"] = run_all(args.rate, args.before, freeze_only=args.freeze_only)
     for fault in results["after"]:
         print(f"\n## {fault}")
         for label in ("before", "after"):
             for row in results.get(label, {}).get(fault, []):
                 print(f"  {label:<6} {row}")
+    if args.freeze_only:
+        return
     cost = node_cost(args.procs, args.procs_rate)
     print(f"\n## cost with {cost['procs']} traced processes ({args.procs_rate:g} spans/s each)")
     print(
