@@ -3,13 +3,18 @@ real ``rl_insight`` API and our backend at ``--rate`` spans/s: the table of issu
 
 Scenarios (:mod:`rl_trace_observer.testing.fault_runs`): a 3 s ``fsfreeze`` (one call's p50 /
 p99.9 / max against the unfaulted window of the same run, calls made during the freeze, and each
-other kind of observer call made during it on a second thread), exit while frozen, SIGKILL while
+other kind of observer call made during it on a second thread), ``--repeat`` times, each next to
+a control run — the same windows and commands with the disk NOT frozen, the order alternating —
+whose ratio is the noise floor of that comparison on this machine; then all runs' calls pooled
+(p99.9 of 5 × 15,000 calls instead of the 15th-slowest of one window). The drain SIGSTOPped for
+3 s (the one case where the pump holds a backlog: its CPU per window), exit while frozen, SIGKILL while
 frozen, a disk filled and freed 5 times, the output directory removed / replaced, a read-only
 one, and ``RL_TRACE_BUFFER_MB=1`` reached during a freeze. ``--before SRC`` runs every scenario
 also against another checkout's ``src`` (the design before), in the same run. Then the cost per
 process: the drain's memory (RSS and PSS) and threads, with ``--procs`` traced processes at once.
 
-Usage: ``sudo python benchmarks/capture_faults.py [--rate 5000] [--before SRC] [--procs 16]``
+Usage: ``sudo python benchmarks/capture_faults.py [--rate 5000] [--repeat 5] [--no-control]
+[--freeze-only] [--before SRC] [--procs 16]``
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl_trace_observer.testing import fault_runs, loopfs
+from rl_trace_observer.testing import capture_load, fault_runs, loopfs
 
 KINDS = ("new_lane", "step_snapshot", "artifact", "identity", "metric", "request", "weight_sync")
 
@@ -49,15 +54,6 @@ def _call(w: dict[str, Any], name: str) -> str:
 
 def _ratio(a: float | None, b: float | None) -> float:
     return a / b if a is not None and b else float("nan")
-
-
-def pooled_q(windows: list[dict[str, Any]], p: float) -> float | None:
-    """The ``p`` quantile of all calls of ``windows`` together, from each one's slowest 1 %
-    (exact while the pooled tail is in them: up to 10 windows for p99.9)."""
-    n = sum(w.get("n", 0) for w in windows)
-    tail = sorted((x for w in windows for x in w.get("tail_ms", ())), reverse=True)
-    rank = n - 1 - int(n * p)  # 0-based from the slowest, as the loop's own percentiles
-    return tail[rank] if 0 <= rank < len(tail) else None
 
 
 def _sched(w: dict[str, Any], who: str, key: str) -> str:
@@ -113,8 +109,8 @@ def summary_rows(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
         if not rs:
             continue
         ratios = [_ratio(r["windows"]["frozen"]["p999_ms"], r["windows"]["unfaulted"]["p999_ms"]) for r in rs]
-        pf = pooled_q([r["windows"]["frozen"] for r in rs], 0.999)
-        pu = pooled_q([r["windows"]["unfaulted"] for r in rs], 0.999)
+        pf = capture_load.pooled_q([r["windows"]["frozen"] for r in rs], 0.999)
+        pu = capture_load.pooled_q([r["windows"]["unfaulted"] for r in rs], 0.999)
         loads = ", ".join(f"{r['load']:.1f}" for r in rs)
         worst = max(r["windows"]["frozen"]["max_ms"] for r in rs)
         rows.append(
@@ -157,6 +153,24 @@ def cap_rows(r: dict[str, Any]) -> list[str]:
         f"the {_n(before)} spans from before the freeze all on "
         f"disk, in order: {d['contiguous_prefix'] >= before}",
         f"warnings: {len(r['warnings'])} ({'; '.join(x.split(': ', 1)[-1][:70] for x in r['warnings'])})",
+    ]
+
+
+def stopped_rows(r: dict[str, Any]) -> list[str]:
+    w = r["windows"]
+    u, st, af = w["unfaulted"], w["stopped"], w["after"]
+    pu, ps = u.get("pump", {}), st.get("pump", {})
+    d = r["disk"]
+    stop_ratio = _ratio(st["p999_ms"], u["p999_ms"])
+    return [
+        f"pump CPU in its cycles {ps.get('cpu_ms', '?')} ms while stopped vs {pu.get('cpu_ms', '?')} ms "
+        f"unfaulted ({_ratio(ps.get('cpu_ms'), pu.get('cpu_ms')):.2f}×), {ps.get('cycles', '?')} cycles, "
+        f"longest {ps.get('max_cycle_ms', '?')} ms, largest outbox {ps.get('max_outbox_kib', '?')} KiB",
+        f"one span call while stopped: p99.9 {_ms(st['p999_ms'])} ({stop_ratio:.2f}× unfaulted), "
+        f"max {_ms(st['max_ms'])}; after SIGCONT: p99.9 {_ms(af.get('p999_ms'))}, "
+        f"max {_ms(af.get('max_ms'))}",
+        f"{_n(d['lines'])} lines on disk of {_n(r['lines_handed'])} handed over, none missing "
+        f"{d['seq_contiguous']}, record {d['record_events']}",
     ]
 
 
@@ -221,6 +235,10 @@ def run_all(
     rate: float, src: str | None, repeat: int = 1, control: bool = True, freeze_only: bool = False
 ) -> dict[str, list[str]]:
     out = freeze_runs(rate, src, 1 if src else repeat, control and not src)
+    with loopfs.loop_ext4(64) as fs:
+        out["drain process stopped (SIGSTOP) for 3 s"] = stopped_rows(
+            fault_runs.drain_stopped(fs, rate, 3.0, src)
+        )
     if freeze_only:
         return out
     with loopfs.loop_ext4(64) as fs:
@@ -297,7 +315,9 @@ def main() -> None:
     ap.add_argument(
         "--no-control", action="store_true", help="skip the control runs (same windows, no freeze)"
     )
-    ap.add_argument("--freeze-only", action="store_true", help="only the freeze scenario (and its control)")
+    ap.add_argument(
+        "--freeze-only", action="store_true", help="only the freeze (and its control) and the stopped drain"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     reason = loopfs.unavailable_reason()

@@ -115,3 +115,20 @@ def test_a_reader_that_went_away_is_reported_even_while_full() -> None:
             out.write(box)
     finally:
         os.close(w)
+
+
+@given(
+    windows=st.lists(st.lists(st.integers(1, 10**8), min_size=1, max_size=3000), min_size=1, max_size=10),
+    p=st.sampled_from([0.99, 0.999]),
+)
+def test_pooled_percentiles_equal_one_window_of_all_the_calls(windows: list[list[int]], p: float) -> None:
+    """The freeze benchmark pools runs from their tails: the figure must be that of all the calls."""
+    from rl_trace_observer.testing.capture_load import _stats, pooled_q
+
+    pooled = pooled_q([_stats(w, 1.0) for w in windows], p)
+    whole = _stats([x for w in windows for x in w], 1.0)
+    if pooled is not None:  # None only where the tails kept are too short for that quantile
+        key = {0.99: "p99_ms", 0.999: "p999_ms"}[p]
+        assert pooled == whole[key]
+    if p == 0.999 and len(windows) <= 10 and all(len(w) >= 100 for w in windows):
+        assert pooled is not None

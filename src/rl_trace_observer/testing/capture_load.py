@@ -51,8 +51,18 @@ def _stats(samples: list[int], seconds: float) -> dict[str, Any]:
         "max_ms": round(s[-1] / 1e6, 3),
         "over_1ms": len(s) - bisect.bisect_right(s, 1_000_000),
         # the worst 1 % (slowest first): enough to pool up to 10 windows' p99.9 exactly
-        "tail_ms": [round(x / 1e6, 4) for x in s[: -max(1, len(s) // 100) - 1 : -1]],
+        "tail_ms": [round(x / 1e6, 3) for x in s[: -max(1, len(s) // 100) - 1 : -1]],
     }
+
+
+def pooled_q(windows: list[dict[str, Any]], p: float) -> float | None:
+    """The ``p`` quantile (ms) of all calls of ``windows`` together, from each one's slowest 1 %:
+    the same figure as one window holding all their calls, while the pooled tail is in those
+    (up to 10 windows for p99.9); None beyond."""
+    n = sum(w.get("n", 0) for w in windows)
+    tail = sorted((x for w in windows for x in w.get("tail_ms", ())), reverse=True)
+    rank = n - 1 - int(n * p)  # 0-based from the slowest, as _stats counts
+    return tail[rank] if 0 <= rank < len(tail) else None
 
 
 def _schedstat(path: str) -> tuple[int, int, int]:

@@ -388,3 +388,41 @@ def read_only(fs: LoopFS, rate: float, src: str | None = None) -> dict[str, Any]
             loop.close()
     finally:
         fs.remount(read_only=False)
+
+
+def drain_stopped(fs: LoopFS, rate: float, stop_s: float = 3.0, src: str | None = None) -> dict[str, Any]:
+    """The drain SIGSTOPped for ``stop_s`` (a drain starved of CPU, at its extreme): the one case
+    where the pipe fills and the pump holds a backlog. Windows ``unfaulted``, ``stopped``, ``after``."""
+    out = fs.mount / "out"
+    loop = Traced(out, rate, src)
+    drain = None
+    try:
+        _started(out)
+        drain = loop.ask("report").get("drain")
+        loop.send("window unfaulted")
+        time.sleep(stop_s)
+        loop.send("window stopped")
+        time.sleep(0.05)
+        if drain is not None:
+            os.kill(drain, signal.SIGSTOP)
+        try:
+            time.sleep(stop_s)
+        finally:
+            if drain is not None:
+                os.kill(drain, signal.SIGCONT)
+        loop.send("window after")
+        time.sleep(2.0)
+        exit_s = loop.exit(60)
+        settled = _settle(loop)
+        return {
+            "windows": loop.last.get("windows", {}),
+            "lines_handed": loop.last.get("lines"),
+            "exit_s": exit_s,
+            "settled": settled,
+            "disk": read_out(out),
+        }
+    finally:
+        if drain is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(drain, signal.SIGCONT)
+        loop.close()
