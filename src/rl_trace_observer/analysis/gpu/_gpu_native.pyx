@@ -441,6 +441,139 @@ def place_sorted(
         free(keys)
 
 
+cdef inline bint _space(unsigned char c) noexcept:
+    return c == 32 or c == 9 or c == 10 or c == 12 or c == 13  # RE2's \s
+
+
+def arg_ints(const int[:] offsets, const unsigned char[:] data, bytes key):
+    """Per string of an Arrow string column (``offsets``, ``data``): the integer of the leftmost match
+    of ``KEY\s*:\s*(-?\d+)\s*[,}]`` — what :func:`..report.shards._arg_ints` reads with Arrow's RE2 —
+    or -1 where there is none or it is negative (every caller treats both alike). OverflowError past
+    18 digits: the caller then asks Arrow, which says what it says about such a value."""
+    cdef Py_ssize_t n = offsets.shape[0] - 1, i, p, q, end, klen = len(key), digits
+    cdef const unsigned char* k = key
+    cdef long long v, value
+    cdef bint neg, same
+    cdef carray.array out = _new(max(n, 0))
+    for i in range(n):
+        end = offsets[i + 1]
+        value = -1
+        p = offsets[i]
+        while p + klen <= end:
+            same = data[p] == k[0]
+            q = 1
+            while same and q < klen:
+                same = data[p + q] == k[q]
+                q += 1
+            if same:
+                q = p + klen
+                while q < end and _space(data[q]):
+                    q += 1
+                if q < end and data[q] == 58:  # ':'
+                    q += 1
+                    while q < end and _space(data[q]):
+                        q += 1
+                    neg = q < end and data[q] == 45  # '-'
+                    if neg:
+                        q += 1
+                    digits = 0
+                    v = 0
+                    while q < end and 48 <= data[q] <= 57 and digits <= 18:
+                        v = v * 10 + (data[q] - 48)
+                        digits += 1
+                        q += 1
+                    if digits:
+                        while q < end and _space(data[q]):
+                            q += 1
+                        if digits > 18:
+                            raise OverflowError("an args integer past 18 digits")
+                        if q < end and (data[q] == 44 or data[q] == 125):  # ',' '}'
+                            value = -1 if neg and v != 0 else v
+                            break
+            p += 1
+        out.data.as_longlongs[i] = value
+    return out
+
+
+def nonneg_positions(const long long[:] values):
+    """Positions of the values >= 0."""
+    cdef Py_ssize_t i, m = 0, n = values.shape[0]
+    cdef carray.array out = _new(n)
+    for i in range(n):
+        if values[i] >= 0:
+            out.data.as_longlongs[m] = i
+            m += 1
+    return _shrink(out, m)
+
+
+def first_positions(const long long[:] codes, Py_ssize_t count):
+    """Per code in [0, count): its first position in ``codes`` (-1: absent)."""
+    cdef Py_ssize_t i
+    cdef carray.array out = _new(count)
+    for i in range(count):
+        out.data.as_longlongs[i] = -1
+    for i in range(codes.shape[0] - 1, -1, -1):
+        out.data.as_longlongs[codes[i]] = i
+    return out
+
+
+cdef struct Pair:
+    long long a
+    long long b
+
+
+cdef bint _less2(const Pair& x, const Pair& y) noexcept nogil:
+    return x.a < y.a or (x.a == y.a and x.b < y.b)
+
+
+def union_columns(list lists):
+    """:func:`.loops.union_columns`: the union of (starts, ends) column pairs, as iv.union."""
+    cdef Py_ssize_t n = 0, m = 0, i, j
+    cdef const long long[:] s
+    cdef const long long[:] e
+    for pair in lists:
+        n += len(pair[0])
+    cdef Pair* v = <Pair*>malloc(max(n, 1) * sizeof(Pair))
+    if v == NULL:
+        raise MemoryError()
+    cdef carray.array starts = _new(n), ends = _new(n)
+    cdef long long* ps = starts.data.as_longlongs
+    cdef long long* pe = ends.data.as_longlongs
+    try:
+        for pair in lists:
+            s = pair[0]
+            e = pair[1]
+            for i in range(s.shape[0]):
+                if e[i] > s[i]:
+                    v[m].a = s[i]
+                    v[m].b = e[i]
+                    m += 1
+        std_sort(v, v + m, _less2)
+        j = 0
+        for i in range(m):
+            if j and v[i].a <= pe[j - 1]:
+                if v[i].b > pe[j - 1]:
+                    pe[j - 1] = v[i].b
+            else:
+                ps[j] = v[i].a
+                pe[j] = v[i].b
+                j += 1
+    finally:
+        free(v)
+    return _shrink(starts, j), _shrink(ends, j)
+
+
+def prefix_lengths(const long long[:] starts, const long long[:] ends):
+    """[0, len(piece 0), len(pieces 0-1), ...]: :func:`.loops.prefix_lengths`."""
+    cdef Py_ssize_t i, n = starts.shape[0]
+    cdef carray.array out = _new(n + 1)
+    cdef long long* o = out.data.as_longlongs
+    o[0] = 0
+    for i in range(n):
+        o[i + 1] = o[i] + ends[i] - starts[i]
+    return out
+
+
 from cpython.float cimport PyFloat_AS_DOUBLE
 from libc.math cimport rint
 from array import array
@@ -448,23 +581,101 @@ from array import array
 cdef double FAST_US = 8589934592.0  # 2**33 µs: below it round(us * 1000) is exact (load._FAST_US)
 
 
+cdef inline long long _ns(object x, object us_to_ns) except? -1:
+    cdef double v
+    if type(x) is float:
+        v = PyFloat_AS_DOUBLE(x)
+        if 0 <= v < FAST_US:
+            return <long long>rint(v * 1000.0)
+    elif type(x) is int and 0 <= x < 9223372036854775:
+        return PyLong_AsLongLong(x) * 1000
+    return PyLong_AsLongLong(us_to_ns(x))
+
+
 def ns_array(list values, us_to_ns):
     """µs values (float or int, ≤ 3 decimals) → an ``array('q')`` of exact ns: ``round(v * 1000)``
     below 2**33 µs (C ``rint`` rounds half to even, as Python's ``round``), else ``us_to_ns(v)``."""
     cdef Py_ssize_t i, n = len(values)
-    cdef double v
-    cdef object x
-    out = array("q", bytes(8 * n))
-    cdef long long[:] view = out
+    cdef carray.array out = _new(n)
     for i in range(n):
-        x = values[i]
-        if type(x) is float:
-            v = PyFloat_AS_DOUBLE(x)
-            if 0 <= v < FAST_US:
-                view[i] = <long long>rint(v * 1000.0)
-                continue
-        elif type(x) is int and 0 <= x < 9223372036854775:
-            view[i] = PyLong_AsLongLong(x) * 1000
-            continue
-        view[i] = us_to_ns(x)
+        out.data.as_longlongs[i] = _ns(values[i], us_to_ns)
+    return out
+
+
+from msgspec import UNSET
+
+
+def event_columns(list events, us_to_ns, bint with_names):
+    """A chunk's GPU events (or launches) as columns in one pass: pid, tid, ts and dur (ns, as
+    :func:`ns_array`), names, categories, ``args`` (``b"{}"`` where absent) — :func:`..report.load.
+    _gpu_columns`' list comprehensions. None where a pid / tid is not an int or a name / category
+    not a str: the reference path takes those."""
+    cdef Py_ssize_t i, n = len(events)
+    cdef carray.array pid = _new(n), tid = _new(n), ts = _new(n), dur = _new(n)
+    cdef list names = [], cats = [], raws = []
+    cdef object empty = b"{}"
+    for i in range(n):
+        ev = events[i]
+        p = ev.pid
+        t = ev.tid
+        if type(p) is not int or type(t) is not int:
+            return None
+        try:
+            pid.data.as_longlongs[i] = PyLong_AsLongLong(p)
+            tid.data.as_longlongs[i] = PyLong_AsLongLong(t)
+        except OverflowError:
+            return None
+        ts.data.as_longlongs[i] = _ns(ev.ts, us_to_ns)
+        d = ev.dur
+        dur.data.as_longlongs[i] = _ns(d if d else 0, us_to_ns)
+        if with_names:
+            name = ev.name
+            cat = ev.cat
+            if type(name) is not str or type(cat) is not str:
+                return None
+            names.append(name)
+            cats.append(cat)
+        a = ev.args
+        raws.append(empty if a is UNSET else a)
+    return pid, tid, ts, dur, names, cats, raws
+
+
+cdef inline long long _id(object x) except? -2:
+    """An id that is an int >= 0 (not a bool), else -1; OverflowError past int64."""
+    if type(x) is int:
+        if x < 0:
+            return -1
+        return PyLong_AsLongLong(x)
+    return -1
+
+
+def id_columns(list ids):
+    """``stream`` and ``correlation`` of decoded ``args`` (None: undecodable) as columns, -1 where
+    not an int >= 0 — what every caller treats as absent."""
+    cdef Py_ssize_t i, n = len(ids)
+    cdef carray.array streams = _new(n), corrs = _new(n)
+    for i in range(n):
+        x = ids[i]
+        if x is None:
+            streams.data.as_longlongs[i] = -1
+            corrs.data.as_longlongs[i] = -1
+        else:
+            streams.data.as_longlongs[i] = _id(x.stream)
+            corrs.data.as_longlongs[i] = _id(x.correlation)
+    return streams, corrs
+
+
+def name_codes(list names, dict known):
+    """Each name's id in ``known``, -1 where it has none yet."""
+    cdef Py_ssize_t i, n = len(names)
+    cdef carray.array out = _new(n)
+    cdef object last = None, got
+    cdef long long code = -1
+    for i in range(n):
+        name = names[i]
+        if name is not last:
+            got = known.get(name)
+            code = -1 if got is None else PyLong_AsLongLong(got)
+            last = name
+        out.data.as_longlongs[i] = code
     return out

@@ -17,8 +17,7 @@ import bisect
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate, pairwise
-from operator import sub
+from itertools import pairwise
 from typing import Any
 
 from ..answers import intervals as iv
@@ -54,9 +53,10 @@ class _Busy:
     a few CPU-state intervals are judged against a million kernels without walking them."""
 
     def __init__(self, pieces: Pieces) -> None:
-        self.starts, self.ends = pieces
-        self.before = array("q", [0])
-        self.before.extend(accumulate(map(sub, self.ends, self.starts)))
+        from .loops import native
+
+        self.starts, self.ends = array("q", pieces[0]), array("q", pieces[1])  # the twin walks arrays
+        self.before: array[int] = native().prefix_lengths(self.starts, self.ends)
 
     def covered(self, a: int, b: int) -> int:
         i = bisect.bisect_right(self.ends, a)  # first piece ending after a
@@ -133,10 +133,9 @@ def _joined(lists: list[Pieces]) -> Pieces:
             starts.extend(s)
             ends.extend(e)
         return starts, ends
-    for lo, hi in iv.union(piece for x in lists for piece in zip(*x)):  # noqa: B905
-        starts.append(lo)
-        ends.append(hi)
-    return starts, ends
+    from .loops import native
+
+    return native().union_columns(lists)  # type: ignore[no-any-return]
 
 
 def gpu_answers(

@@ -13,7 +13,8 @@ import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
+from operator import sub
 from typing import Any
 
 __all__ = ["UNKNOWN", "native"]
@@ -191,3 +192,16 @@ def ranks(values: array, wanted: list[int]) -> list[int]:  # type: ignore[type-a
     """The values at the sorted positions ``wanted`` (ascending)."""
     ordered = sorted(values)
     return [ordered[r] for r in wanted]
+
+
+def union_columns(lists: list[tuple[Q, Q]]) -> tuple[array, array]:  # type: ignore[type-arg]
+    """The union (``iv.union``) of several (starts, ends) column pairs, as two columns."""
+    from ..answers import intervals as iv
+
+    joined = iv.union(piece for s, e in lists for piece in zip(s, e))  # noqa: B905
+    return array("q", [s for s, _ in joined]), array("q", [e for _, e in joined])
+
+
+def prefix_lengths(starts: Q, ends: Q) -> array:  # type: ignore[type-arg]
+    """[0, then the running total of the pieces' lengths]."""
+    return array("q", [0, *accumulate(map(sub, ends, starts))])
