@@ -34,6 +34,12 @@ if [ "$mode" = full ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
   fi
 fi
 
+# The compiled twins (.pyx) need a C and a C++ compiler; without them the pure-Python path runs.
+if [ "$mode" = full ] && ! command -v g++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  step "installing g++ (Debian) for the compiled twins"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null || true
+fi
+
 [ -x .venv/bin/python ] || { step "creating .venv with $PYTHON"; "$PYTHON" -m venv .venv; }
 stamp=.venv/.rl-trace-bootstrap
 want=$(cat pyproject.toml setup.py constraints/*.txt | sha256sum | cut -d' ' -f1)

@@ -470,7 +470,8 @@ def test_busy_inside_any_window_by_prefix_sums(pieces: list[tuple[int, int]], a:
     from rl_trace_observer.analysis.gpu.answers import _Busy
 
     union = iv.union((s, s + d) for s, d in pieces)
-    assert _Busy(union).covered(a, a + width) == iv.covered(union, a, a + width)
+    columns = ([s for s, _ in union], [e for _, e in union])
+    assert _Busy(columns).covered(a, a + width) == iv.covered(union, a, a + width)
 
 
 def test_three_sessions_repeating_launch_ids_link_by_time() -> None:

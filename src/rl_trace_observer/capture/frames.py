@@ -22,7 +22,9 @@ itself), so the writer can always state ``dropped = emitted − on disk`` withou
 
 from __future__ import annotations
 
+import itertools
 import os
+import select
 import struct
 from collections import deque
 from typing import NamedTuple
@@ -75,8 +77,8 @@ class Outbox:
     def write_to(self, fd: int) -> None:
         """Write what ``fd`` takes (raises ``BlockingIOError`` when it takes nothing, ``OSError``)."""
         chunks = self._chunks
-        while chunks:
-            n = os.writev(fd, [chunks[i] for i in range(min(len(chunks), self.IOV_MAX))])
+        while chunks:  # islice, not chunks[i]: indexing a deque is O(i), ~30 µs for 1024 of a backlog
+            n = os.writev(fd, list(itertools.islice(chunks, self.IOV_MAX)))
             self._size -= n
             while n:
                 first = chunks[0]
@@ -91,6 +93,28 @@ class Outbox:
         data = b"".join(self._chunks)
         self.clear()
         return data
+
+
+class PipeOut:
+    """The write end of a non-blocking pipe. Once a write found it full, later writes first ask
+    ``poll`` (~1 µs) whether it has room again: a pump whose drain is stopped or starved then
+    spends no time building write vectors over its backlog every cycle while holding the GIL."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.full = False
+        self._ready = select.poll()
+        self._ready.register(fd, select.POLLOUT)  # POLLERR (reader gone) wakes it too: EPIPE follows
+
+    def write(self, outbox: Outbox) -> None:
+        """What the pipe takes now (raises ``OSError`` such as ``EPIPE``, never ``BlockingIOError``)."""
+        if self.full and not self._ready.poll(0):
+            return
+        try:
+            outbox.write_to(self.fd)
+            self.full = False
+        except BlockingIOError:
+            self.full = True
 
 
 class CorruptStream(ValueError):

@@ -82,6 +82,7 @@ class _Pipe:
         self.w: int | None = w
         self.mr: int | None = mr
         self.pid: int | None = None  # the drain's, from its hello (the launcher exits at once)
+        self._out = frames.PipeOut(w)
         self._tail = b""
         self._launcher: subprocess.Popen[bytes] | None = launcher  # reaped without waiting for it
 
@@ -90,9 +91,7 @@ class _Pipe:
         if self.w is None:
             return False
         try:
-            outbox.write_to(self.w)
-        except BlockingIOError:
-            pass
+            self._out.write(outbox)
         except OSError:  # EPIPE: the drain exited
             return False
         return True

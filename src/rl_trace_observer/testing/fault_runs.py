@@ -203,8 +203,16 @@ def _settle(loop: Traced, timeout_s: float = 60) -> bool:
 
 # --------------------------------------------------------------------------- scenarios
 def freeze(
-    fs: LoopFS, rate: float, freeze_s: float = 3.0, src: str | None = None, **env: str
+    fs: LoopFS,
+    rate: float,
+    freeze_s: float = 3.0,
+    src: str | None = None,
+    *,
+    control: bool = False,
+    **env: str,
 ) -> dict[str, Any]:
+    """``control``: the very same run, commands and windows, with the disk NOT frozen (an A/A run:
+    its "frozen" window against its "unfaulted" one is the noise floor of that comparison)."""
     out = fs.mount / "out"
     loop = Traced(out, rate, src, **env)
     drain_rss = None
@@ -216,7 +224,7 @@ def freeze(
         time.sleep(0.2)
         loop.send("window frozen")
         time.sleep(0.05)
-        with fs.frozen_for():
+        with contextlib.nullcontext() if control else fs.frozen_for():
             thaw_at = time.monotonic() + freeze_s
             time.sleep(1.0)
             loop.send("specials frozen")  # 1 s in: a call that waits on the disk waits ~2 s
@@ -241,6 +249,7 @@ def freeze(
             "warnings": loop.warnings(),
             "errors": loop.errors,
             "expected_frozen_calls": int(rate * freeze_s),
+            "control": control,
         }
     finally:
         loop.close()
@@ -386,3 +395,41 @@ def read_only(fs: LoopFS, rate: float, src: str | None = None) -> dict[str, Any]
             loop.close()
     finally:
         fs.remount(read_only=False)
+
+
+def drain_stopped(fs: LoopFS, rate: float, stop_s: float = 3.0, src: str | None = None) -> dict[str, Any]:
+    """The drain SIGSTOPped for ``stop_s`` (a drain starved of CPU, at its extreme): the one case
+    where the pipe fills and the pump holds a backlog. Windows ``unfaulted``, ``stopped``, ``after``."""
+    out = fs.mount / "out"
+    loop = Traced(out, rate, src)
+    drain = None
+    try:
+        _started(out)
+        drain = loop.ask("report").get("drain")
+        loop.send("window unfaulted")
+        time.sleep(stop_s)
+        loop.send("window stopped")
+        time.sleep(0.05)
+        if drain is not None:
+            os.kill(drain, signal.SIGSTOP)
+        try:
+            time.sleep(stop_s)
+        finally:
+            if drain is not None:
+                os.kill(drain, signal.SIGCONT)
+        loop.send("window after")
+        time.sleep(2.0)
+        exit_s = loop.exit(60)
+        settled = _settle(loop)
+        return {
+            "windows": loop.last.get("windows", {}),
+            "lines_handed": loop.last.get("lines"),
+            "exit_s": exit_s,
+            "settled": settled,
+            "disk": read_out(out),
+        }
+    finally:
+        if drain is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(drain, signal.SIGCONT)
+        loop.close()

@@ -14,9 +14,10 @@ lane was doing, and whether a critical-path span was kernel-bound.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate, pairwise
+from itertools import pairwise
 from typing import Any
 
 from ..answers import intervals as iv
@@ -44,14 +45,18 @@ def gpu_series(summary: dict[str, Any], steps: list[Any]) -> dict[str, list[floa
     return out
 
 
+Pieces = tuple[Sequence[int], Sequence[int]]  # busy intervals as two columns: starts, ends
+
+
 class _Busy:
     """Sorted, disjoint busy pieces with prefix sums: busy time inside any [a, b) in O(log n), so
     a few CPU-state intervals are judged against a million kernels without walking them."""
 
-    def __init__(self, pieces: list[iv.Interval]) -> None:
-        self.starts = [s for s, _ in pieces]
-        self.ends = [e for _, e in pieces]
-        self.before = [0, *accumulate(e - s for s, e in pieces)]
+    def __init__(self, pieces: Pieces) -> None:
+        from .loops import native
+
+        self.starts, self.ends = array("q", pieces[0]), array("q", pieces[1])  # the twin walks arrays
+        self.before: array[int] = native().prefix_lengths(self.starts, self.ends)
 
     def covered(self, a: int, b: int) -> int:
         i = bisect.bisect_right(self.ends, a)  # first piece ending after a
@@ -68,7 +73,7 @@ class _Busy:
 
 
 def idle_while(
-    busy: dict[tuple[Any, int], list[iv.Interval]],
+    busy: dict[tuple[Any, int], Pieces],
     devices: dict[int, dict[str, Any]],
     windows: list[Any],
     lanes: dict[Any, list[tuple[str, list[iv.Interval]]]],
@@ -118,13 +123,19 @@ def bound_segments(
             seg["bound"] = "gpu" if seg["dur_ns"] and 100 * got >= BOUND_PCT * seg["dur_ns"] else "host"
 
 
-def _joined(lists: list[list[iv.Interval]]) -> list[iv.Interval]:
-    """The union of sorted, disjoint lists: their concatenation when they follow one another (one
-    device, steps in order — no sort of a million pieces), else a full union."""
+def _joined(lists: list[Pieces]) -> Pieces:
+    """The union of sorted, disjoint piece columns: their concatenation when they follow one another
+    (one device, steps in order — no sort of a million pieces), else a full union."""
     lists.sort(key=lambda x: x[0][0])
-    if all(a[-1][1] <= b[0][0] for a, b in pairwise(lists)):
-        return [piece for x in lists for piece in x]
-    return iv.union(piece for x in lists for piece in x)
+    starts, ends = array("q"), array("q")
+    if all(a[1][-1] <= b[0][0] for a, b in pairwise(lists)):
+        for s, e in lists:
+            starts.extend(s)
+            ends.extend(e)
+        return starts, ends
+    from .loops import native
+
+    return native().union_columns(lists)  # type: ignore[no-any-return]
 
 
 def gpu_answers(
@@ -146,9 +157,9 @@ def gpu_answers(
     steps = [StepWindow(step, lo, hi) for step, lo, hi in windows]
     for lane, causes in cause_intervals(work, steps).items():
         lanes[pid_of[lane]] += [(cause, iv.union(ints)) for cause, ints in causes.items() if ints]
-    owner_busy: dict[Any, list[list[iv.Interval]]] = defaultdict(list)
+    owner_busy: dict[Any, list[Pieces]] = defaultdict(list)
     for (p, _), pieces in result.busy.items():
-        if pieces:
+        if len(pieces[0]):
             owner_busy[result.devices[p]["owner"]].append(pieces)
     bound_segments(paths, {o: _Busy(_joined(v)) for o, v in owner_busy.items()})
     return idle_while(result.busy, result.devices, list(windows), lanes)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import sys
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from .loops import NATIVE_TWIN, UNKNOWN
 from .store import KernelStore
 
 __all__ = ["LAUNCH", "NONE", "RULES", "WINDOW", "Attribution", "StageSpan", "attribute", "owner_of"]
@@ -35,7 +35,6 @@ __all__ = ["LAUNCH", "NONE", "RULES", "WINDOW", "Attribution", "StageSpan", "att
 LAUNCH, WINDOW = "launch", "window"
 RULES = (LAUNCH, WINDOW)
 NONE = "none"
-UNKNOWN = -(1 << 62)  # "no launch": sorts before every time, and is never "after" a gap began
 
 
 @dataclass(frozen=True)
@@ -176,9 +175,6 @@ def _stage_table(
     return stages, {pid: _Segments(spans) for pid, spans in per_pid.items()}
 
 
-NATIVE_TWIN = "rl_trace_observer.analysis.gpu._gpu_native"
-
-
 def place(
     k_pid: Any,
     k_ts: Any,
@@ -255,20 +251,72 @@ def attribute(
         if owner in local:
             by_code_windows[c] = _Windows(sorted(local[owner]))
         by_code_segments[c] = segments.get(owner)
-    launches = _Launches(store, code_of)
     n = len(store)
     out = Attribution(
         array("q", [UNKNOWN]) * n, array("q", [UNKNOWN]) * n, bytearray(n),
         array("q", [-1]) * n, array("q", [0]) * n, stages, owners,
     )  # fmt: skip
-    wins = [(w.starts, w.spans, w.reach) for w in by_code_windows]
-    segs = [(g.starts, g.ends, g.ids) if g is not None else None for g in by_code_segments]
     from ...merge.writers import native
 
-    loops = native.twin(NATIVE_TWIN) or sys.modules[__name__]
-    loops.place(
+    twin = native.twin(NATIVE_TWIN)
+    if twin is not None:
+        _place_sorted(twin, store, code_of, by_code_windows, by_code_segments, out)
+        return out
+    launches = _Launches(store, code_of)
+    wins = [(w.starts, w.spans, w.reach) for w in by_code_windows]
+    segs = [(g.starts, g.ends, g.ids) if g is not None else None for g in by_code_segments]
+    place(
         store.k_pid, store.k_ts, store.k_corr, code_of, launches.last, launches.first, launches.many,
         store.l_ts, store.l_dur, store.l_pid, wins, segs,
         out.launch_ts, out.launch_end, out.rule, out.window, out.stage, _pick, _CODES,
     )  # fmt: skip
     return out
+
+
+def _flat(sets: Sequence[Any], columns: Any) -> tuple[array, list[array]]:  # type: ignore[type-arg]
+    """Per code, the index of its set (-1: none); the sets' columns end to end with their offsets."""
+    index: dict[int, int] = {}
+    which = array("q", [-1]) * len(sets)
+    offsets, cols = array("q", [0]), None
+    for code, s in enumerate(sets):
+        if s is None:
+            continue
+        if id(s) not in index:
+            index[id(s)] = len(offsets) - 1
+            got = columns(s)
+            cols = (
+                [array("q", c) for c in got]
+                if cols is None
+                else [a + array("q", c) for a, c in zip(cols, got, strict=True)]
+            )
+            offsets.append(offsets[-1] + len(got[0]))
+        which[code] = index[id(s)]
+    return which, [offsets, *(cols or [])]
+
+
+def _place_sorted(
+    twin: Any,
+    store: KernelStore,
+    code_of: dict[int, int],
+    wins: list[_Windows],
+    segs: list[_Segments | None],
+    out: Attribution,
+) -> None:
+    """:func:`place` through the compiled twin's ``place_sorted`` (tested equal): launches found by a
+    binary search of (process, id, time) instead of per-kernel dict lookups of boxed keys."""
+
+    def window_columns(w: _Windows) -> Any:
+        return (*zip(*w.spans, strict=True), w.reach) if w.spans else ([], [], [], [])
+
+    code_wins, w_cols = _flat(wins, window_columns)
+    code_segs, s_cols = _flat(segs, lambda g: (g.starts, g.ends, g.ids))
+    if len(s_cols) == 1:
+        s_cols += [array("q")] * 3
+    if len(w_cols) == 1:
+        w_cols += [array("q")] * 4
+    twin.place_sorted(
+        twin.codes_of(store.k_pid, code_of), store.k_ts, store.k_corr,
+        twin.codes_of(store.l_pid, code_of), store.l_corr, store.l_ts, store.l_dur,
+        code_wins, *w_cols, code_segs, *s_cols,
+        out.launch_ts, out.launch_end, out.rule, out.window, out.stage,
+    )  # fmt: skip

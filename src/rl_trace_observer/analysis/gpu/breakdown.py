@@ -22,16 +22,14 @@
 
 from __future__ import annotations
 
-import bisect
-import sys
-from collections import defaultdict
+from array import array
 from collections.abc import Sequence
-from itertools import pairwise
 from typing import Any, NamedTuple
 
 from ..answers import intervals as iv
-from .attribute import UNKNOWN, Attribution
+from .attribute import Attribution
 from .kinds import COMM, COMPUTE
+from .loops import native
 from .store import KernelStore
 
 __all__ = ["FIGURES", "KERNEL_WAIT_BELOW_NS", "figures", "stream_idle", "top_kernels"]
@@ -42,139 +40,53 @@ FIGURES = (
     "host_wait_ns", "kernel_wait_ns", "other_wait_ns",
     "launch_delay_p50_ns", "launch_delay_p95_ns", "launch_delay_max_ns",
 )  # fmt: skip
+Pieces = tuple[array, array]  # type: ignore[type-arg]  # busy intervals: starts, ends (sorted, disjoint)
 
 
 class Columns(NamedTuple):
-    """A set of kernels, sorted by (start, launch), as plain lists: each value is read from the
-    store once per device, then every figure walks lists (no indexing, no boxing per visit)."""
+    """A set of kernels, sorted by (start, launch), as ``array('q')`` columns: each value is read
+    from the store once per device, then every figure walks the columns (in C with the twin)."""
 
-    starts: list[int]
-    ends: list[int]
-    codes: list[int]  # 0 compute, 1 comm, 2 memory
-    launches: list[int]  # launch call start (UNKNOWN: none found)
-    launch_ends: list[int]
+    starts: array  # type: ignore[type-arg]
+    ends: array  # type: ignore[type-arg]
+    codes: array  # type: ignore[type-arg]  # 0 compute, 1 comm, 2 memory
+    launches: array  # type: ignore[type-arg]  # launch call start (UNKNOWN: none found)
+    launch_ends: array  # type: ignore[type-arg]
 
-    def subset(self, positions: list[int]) -> Columns:
-        return Columns(*([col[j] for j in positions] for col in self))
+    def subset(self, positions: Sequence[int]) -> Columns:
+        take = native().take
+        return Columns(*(take(col, positions) for col in self))
 
 
 def columns(order: Sequence[int], store: KernelStore, at: Attribution) -> Columns:
-    code = [0 if k == COMPUTE else 1 if k == COMM else 2 for k in store.kinds]
-    ts, dur, names = store.k_ts, store.k_dur, store.k_name
-    starts = [ts[i] for i in order]
+    code = array("q", [0 if k == COMPUTE else 1 if k == COMM else 2 for k in store.kinds])
     return Columns(
-        starts,
-        [s + dur[i] for s, i in zip(starts, order)],  # noqa: B905
-        [code[names[i]] for i in order],
-        [at.launch_ts[i] for i in order],
-        [at.launch_end[i] for i in order],
+        *native().gather_columns(
+            order, store.k_ts, store.k_dur, store.k_name, code, at.launch_ts, at.launch_end
+        )
     )
-
-
-def union_pass(
-    starts: list[int], ends: list[int], codes: list[int], launches: list[int], launch_ends: list[int]
-) -> tuple[list[iv.Interval], list[int], list[int], int, int, int, int]:
-    """One pass over kernels sorted by (start, launch): the busy pieces, the launch of each
-    piece's first kernel, the launch delays, |compute|, |comm|, |compute ∪ comm| and |busy| — the
-    running unions kept inline (this loop runs three times per kernel: run, step, stage). Compiled
-    twin: ``_gpu_native.union_pass``, tested equal."""
-    pieces: list[iv.Interval] = []
-    add = pieces.append
-    firsts: list[int] = []
-    first = firsts.append
-    delays: list[int] = []
-    keep = delays.append
-    bs = be = cs = ce = ms = me = xs = xe = UNKNOWN
-    comp = comm = both = busy = 0
-    for s, e, k, launched, le in zip(starts, ends, codes, launches, launch_ends):  # noqa: B905
-        if s > be:
-            if be > bs:
-                add((bs, be))
-                busy += be - bs
-            else:
-                del firsts[-1:]
-            bs, be = s, e
-            first(launched)
-        elif e > be:
-            be = e
-        if k < 2:
-            if s > xe:
-                both += xe - xs
-                xs, xe = s, e
-            elif e > xe:
-                xe = e
-            if k == 0:
-                if s > ce:
-                    comp += ce - cs
-                    cs, ce = s, e
-                elif e > ce:
-                    ce = e
-            elif s > me:
-                comm += me - ms
-                ms, me = s, e
-            elif e > me:
-                me = e
-        if le != UNKNOWN:
-            keep(s - le if s > le else 0)
-    if be > bs:
-        add((bs, be))
-        busy += be - bs
-    else:
-        del firsts[-1:]
-    return pieces, firsts, delays, comp + ce - cs, comm + me - ms, both + xe - xs, busy
-
-
-def edge_waits(
-    pieces: list[iv.Interval], firsts: list[int], lo: int, hi: int, threshold: int
-) -> tuple[int, int, int]:
-    """(host, kernel, other) idle time of the window [lo, hi) less the busy ``pieces`` (sorted,
-    disjoint): the gaps between pieces and the two edges, each judged by the piece after it."""
-    host = kernel = other = 0
-    prev = lo  # the idle piece starts here; it only grows
-    for (s, e), launched in zip(pieces, firsts):  # noqa: B905
-        if s > prev:
-            if prev >= hi:
-                break
-            b = s if s < hi else hi
-            if launched != UNKNOWN and launched > prev:
-                host += b - prev
-            elif s - prev < threshold:
-                kernel += b - prev
-            else:
-                other += b - prev
-        if e > prev:
-            prev = e
-    if prev < hi:
-        host += hi - prev
-    return host, kernel, other
-
-
-def _loops() -> Any:
-    """The compiled twin of :func:`union_pass` / :func:`edge_waits` when built, else this module."""
-    from ...merge.writers import native
-
-    return native.twin(NATIVE_TWIN) or sys.modules[__name__]
-
-
-NATIVE_TWIN = "rl_trace_observer.analysis.gpu._gpu_native"
 
 
 def figures(
     cols: Columns, cpu: list[iv.Interval] | None, threshold_ns: int = KERNEL_WAIT_BELOW_NS
-) -> tuple[dict[str, Any], list[iv.Interval]]:
+) -> tuple[dict[str, Any], Pieces]:
     """``cpu``: the CPU window (sorted, disjoint), or None for a whole run. Returns the figures
     and the busy intervals."""
-    loops = _loops()
-    pieces, firsts, delays, comp, comm, both, busy = loops.union_pass(*cols)
-    if cpu is None and pieces:
-        cpu = [(pieces[0][0], pieces[-1][1])]
+    loops = native()
+    p_start, p_end, firsts, delays, comp, comm, both, busy = loops.union_pass(*cols)
+    if cpu is None and len(p_start):
+        cpu = [(p_start[0], p_end[-1])]
     cpu = cpu or []
     if len(cpu) == 1:
-        waits = loops.edge_waits(pieces, firsts, cpu[0][0], cpu[0][1], threshold_ns)
+        waits = loops.edge_waits(p_start, p_end, firsts, cpu[0][0], cpu[0][1], threshold_ns)
     else:
-        waits = _waits(pieces, firsts, cpu, threshold_ns)
+        joined = iv.union(cpu)
+        waits = loops.span_waits(
+            p_start, p_end, firsts, array("q", [s for s, _ in joined]), array("q", [e for _, e in joined]),
+            threshold_ns,
+        )  # fmt: skip
     out: dict[str, Any] = {"kernels": len(cols.starts), "busy_ns": busy}
-    out["span_ns"] = pieces[-1][1] - pieces[0][0] if pieces else 0
+    out["span_ns"] = p_end[-1] - p_start[0] if len(p_start) else 0
     out["compute_ns"] = comp
     out["comm_ns"] = both - comp
     out["memory_ns"] = busy - both
@@ -182,96 +94,62 @@ def figures(
     out["idle_ns"] = sum(waits)
     out["wall_ns"] = busy + out["idle_ns"]
     out["host_wait_ns"], out["kernel_wait_ns"], out["other_wait_ns"] = waits
-    out |= _delays(delays)
-    return {k: out[k] for k in FIGURES}, pieces
+    out |= _delays(delays, loops)
+    return {k: out[k] for k in FIGURES}, (p_start, p_end)
 
 
-def _waits(
-    pieces: list[iv.Interval], firsts: list[int], cpu: list[iv.Interval], threshold: int
-) -> tuple[int, int, int]:
-    """(host, kernel, other) idle time of ``cpu`` (several intervals: a stage's spans) less the busy
-    ``pieces``, each idle piece judged by the busy piece after it (``firsts``: its first launch)."""
-    waits = [0, 0, 0]
-    starts = [s for s, _ in pieces]
-    for a, b in iv.subtract(iv.union(cpu), pieces):
-        j = bisect.bisect_left(starts, b)
-        if j == len(starts):
-            waits[0] += b - a
-        else:
-            waits[_judge(a, starts[j], firsts[j], threshold)] += b - a
-    return waits[0], waits[1], waits[2]
-
-
-def _judge(a: int, next_start: int, launched: int, threshold: int) -> int:
-    """0 host wait, 1 kernel wait, 2 other — for idle from ``a`` until a kernel starts."""
-    if launched != UNKNOWN and launched > a:
-        return 0
-    return 1 if next_start - a < threshold else 2
-
-
-def _delays(delays: list[int]) -> dict[str, int | None]:
-    if not delays:
+def _delays(delays: array, loops: Any) -> dict[str, int | None]:  # type: ignore[type-arg]
+    """p50 / p95 (as numpy's linear interpolation) and max, from the few order statistics they
+    need (``nth_element`` in the twin: no sort of a million delays)."""
+    n = len(delays)
+    if not n:
         return {"launch_delay_p50_ns": None, "launch_delay_p95_ns": None, "launch_delay_max_ns": None}
-    delays.sort()  # once: both percentiles from it (as numpy's linear interpolation)
+    spots = {q: (int((n - 1) * q), min(int((n - 1) * q) + 1, n - 1)) for q in (0.50, 0.95)}
+    wanted = sorted({r for pair in spots.values() for r in pair} | {n - 1})
+    at: dict[int, int] = dict(zip(wanted, loops.ranks(delays, wanted), strict=True))
+
+    def pct(q: float) -> int:
+        lo, hi = spots[q]
+        pos = (n - 1) * q
+        return round(at[lo] + (at[hi] - at[lo]) * (pos - lo))
+
     return {
-        "launch_delay_p50_ns": round(_sorted_pct(delays, 0.50)),
-        "launch_delay_p95_ns": round(_sorted_pct(delays, 0.95)),
-        "launch_delay_max_ns": delays[-1],
+        "launch_delay_p50_ns": pct(0.50),
+        "launch_delay_p95_ns": pct(0.95),
+        "launch_delay_max_ns": at[n - 1],
     }
-
-
-def _sorted_pct(ordered: list[int], q: float) -> float:
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def stream_idle(
     order: Sequence[int], store: KernelStore, at: Attribution, threshold_ns: int = KERNEL_WAIT_BELOW_NS
 ) -> list[dict[str, int]]:
-    """HTA's ``get_idle_time_breakdown`` per stream, exactly: the gap before each kernel (its start
-    minus the previous kernel's end on the stream, in start order; the first has none) goes to host
-    wait when the kernel was launched after that end, else to kernel wait below the threshold, else
-    to other."""
-    per: dict[int, list[int]] = defaultdict(list)
-    for i in order:
-        per[store.k_stream[i]].append(i)
-    out = []
-    for stream, ks in sorted(per.items()):
-        host = kernel = other = 0
-        for prev, i in pairwise(ks):
-            prev_end = store.k_ts[prev] + store.k_dur[prev]
-            gap = store.k_ts[i] - prev_end
-            launched = at.launch_ts[i]
-            if launched != UNKNOWN and launched > prev_end:
-                host += gap
-            elif gap < threshold_ns:
-                kernel += gap
-            else:
-                other += gap
-        out.append(
-            {"stream": stream, "kernels": len(ks), "idle_ns": host + kernel + other,
-             "host_wait_ns": host, "kernel_wait_ns": kernel, "other_wait_ns": other}
-        )  # fmt: skip
-    return out
-
-
-def top_kernels(order: Sequence[int], store: KernelStore, limit: int) -> list[dict[str, Any]]:
-    """The kernels with the most time (summed durations, per name), most first."""
-    total: dict[int, list[int]] = {}
-    for i in order:
-        d = store.k_dur[i]
-        row = total.get(store.k_name[i])
-        if row is None:
-            total[store.k_name[i]] = [1, d, d]
-        else:
-            row[0] += 1
-            row[1] += d
-            if d > row[2]:
-                row[2] = d
-    ranked = sorted(total.items(), key=lambda kv: (-kv[1][1], store.names[kv[0]]))[:limit]
+    """HTA's ``get_idle_time_breakdown`` per stream, exactly (:func:`.loops.stream_gaps`)."""
+    if not isinstance(order, array):
+        order = array("q", order)
+    rows = native().stream_gaps(order, store.k_ts, store.k_dur, store.k_stream, at.launch_ts, threshold_ns)
     return [
-        {"name": store.names[n], "kind": store.kinds[n], "count": c, "total_ns": t, "max_ns": m}
-        for n, (c, t, m) in ranked
-    ]
+        {"stream": s, "kernels": n, "idle_ns": host + kernel + other,
+         "host_wait_ns": host, "kernel_wait_ns": kernel, "other_wait_ns": other}
+        for s, n, host, kernel, other in rows
+    ]  # fmt: skip
+
+
+Totals = tuple[array, array, array]  # type: ignore[type-arg]  # per name id: count, total, max
+
+
+def name_totals(order: Sequence[int], store: KernelStore) -> Totals:
+    if not isinstance(order, array):
+        order = array("q", order)
+    return native().name_totals(order, store.k_name, store.k_dur, len(store.names))  # type: ignore[no-any-return]
+
+
+def top_kernels(totals: Totals, store: KernelStore, limit: int) -> list[dict[str, Any]]:
+    """The kernels with the most time (summed durations, per name), most first."""
+    count, total, longest = totals
+    used = [n for n in range(len(count)) if count[n]]
+    ranked = sorted(used, key=lambda n: (-total[n], store.names[n]))[:limit]
+    return [
+        {"name": store.names[n], "kind": store.kinds[n], "count": count[n], "total_ns": total[n],
+         "max_ns": longest[n]}
+        for n in ranked
+    ]  # fmt: skip

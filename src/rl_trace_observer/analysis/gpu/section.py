@@ -13,14 +13,25 @@ Rows (the same dicts in the JSON and in SQL), per device (a GPU sub-process of o
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..answers import intervals as iv
-from .attribute import NONE, RULES, UNKNOWN, Attribution, StageSpan, attribute, owner_of
-from .breakdown import KERNEL_WAIT_BELOW_NS, Columns, columns, figures, stream_idle, top_kernels
+from .attribute import NONE, RULES, Attribution, StageSpan, attribute, owner_of
+from .breakdown import (
+    KERNEL_WAIT_BELOW_NS,
+    Columns,
+    Pieces,
+    columns,
+    figures,
+    name_totals,
+    stream_idle,
+    top_kernels,
+)  # fmt: skip
+from .loops import UNKNOWN, native
 from .store import KernelStore
 
 __all__ = ["ALL", "STAGE_ORDER", "GpuResult", "analyze", "kernel_columns", "section"]
@@ -41,7 +52,7 @@ class GpuResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)
     top: list[dict[str, Any]] = field(default_factory=list)
-    busy: dict[tuple[int, int], list[iv.Interval]] = field(default_factory=dict)  # (device, window)
+    busy: dict[tuple[int, int], Pieces] = field(default_factory=dict)  # (device, window): starts, ends
 
 
 def _device_label(name: str | None, pid: Any) -> str:
@@ -50,15 +61,16 @@ def _device_label(name: str | None, pid: Any) -> str:
     return name or f"GPU {pid}"
 
 
-def _order(store: KernelStore, at: Attribution) -> dict[int, list[int]]:
-    """Kernel indices per device, each by (start, launch): the order every figure walks."""
-    idx = sorted(range(len(store)), key=at.launch_ts.__getitem__)
-    idx.sort(key=store.k_ts.__getitem__)
-    per: dict[int, list[int]] = defaultdict(list)
-    k_pid = store.k_pid
-    for i in idx:
-        per[k_pid[i]].append(i)
-    return per
+def _order(store: KernelStore, at: Attribution) -> dict[int, array]:  # type: ignore[type-arg]
+    """Kernel indices per device, each by (start, launch, index): the order every figure walks;
+    devices in the order of their first kernel (by the same key)."""
+    loops = native()
+    idx = loops.order_kernels(store.k_pid, store.k_ts, at.launch_ts)
+    runs = loops.group(loops.take(store.k_pid, idx))  # one run of positions per device
+    first = {p: idx[pos[0]] for p, pos in runs.items()}
+    ts, launch = store.k_ts, at.launch_ts
+    devices = sorted(runs, key=lambda p: (ts[first[p]], launch[first[p]], first[p]))
+    return {p: idx[runs[p][0] : runs[p][-1] + 1] for p in devices}
 
 
 def _cpu_sets(stage_spans: Sequence[StageSpan], merged: bool) -> dict[tuple[Any, str], list[iv.Interval]]:
@@ -97,38 +109,49 @@ def analyze(
         d = devices[p]
         return (d["role"], d["rank"] is None, d["rank"] or 0, d["device"])
 
-    every = []
+    every = [array("q", [0]) * len(store.names) for _ in range(3)]
     for p in sorted(per_device, key=key):
         order = per_device[p]
-        every += order
         ident = {k: devices[p][k] for k in ("role", "rank", "host", "device")}
         cols = columns(order, store, at)
         run, _ = figures(cols, None, threshold_ns)
         result.rows.append({"scope": "run", "step": None, **ident, "stage": ALL, **run})
+        totals = name_totals(order, store)
+        _add_totals(every, totals)
         result.details.append(
             {**ident, "streams": stream_idle(order, store, at, threshold_ns),
-             "top_kernels": top_kernels(order, store, TOP_PER_DEVICE)}
+             "top_kernels": top_kernels(totals, store, TOP_PER_DEVICE)}
         )  # fmt: skip
         _step_rows(result, p, order, cols, ident, cpu_sets, threshold_ns)
-    result.top = top_kernels(every, store, TOP_RUN)
+    result.top = top_kernels((every[0], every[1], every[2]), store, TOP_RUN)
     result.rows.sort(key=lambda r: (r["scope"] != "run", r["step"] is None, r["step"] or 0))
     return result
+
+
+def _add_totals(into: list[array], totals: tuple[array, array, array]) -> None:  # type: ignore[type-arg]
+    count, total, longest = totals
+    for n in range(len(count)):
+        if count[n]:
+            into[0][n] += count[n]
+            into[1][n] += total[n]
+            into[2][n] = max(into[2][n], longest[n])
 
 
 def _step_rows(
     result: GpuResult,
     p: int,
-    order: list[int],
+    order: array,  # type: ignore[type-arg]
     cols: Columns,
     ident: dict[str, Any],
     cpu_sets: dict[tuple[Any, str], list[iv.Interval]],
     threshold_ns: int,
 ) -> None:
-    at = result.at
-    by_window: dict[int, list[int]] = defaultdict(list)  # positions in ``order``
-    window, stage, stages = at.window, at.stage, at.stages
-    for pos, i in enumerate(order):
-        by_window[window[i]].append(pos)
+    at, loops = result.at, native()
+    by_window = loops.group(loops.take(at.window, order))  # positions in ``order``
+    categories: dict[str, int] = {}
+    category_of = array("q", [categories.setdefault(c, len(categories)) for c, _ in at.stages])
+    names = list(categories)
+    stage_category = loops.take(category_of, loops.take(at.stage, order))  # per position
     owner = result.devices[p]["owner"]
     for w in sorted(by_window, key=lambda w: (w < 0, w)):
         positions = by_window[w]
@@ -137,9 +160,8 @@ def _step_rows(
         step_fig, busy = figures(sub, [(lo, hi)] if w >= 0 else None, threshold_ns)
         result.busy[(p, w)] = busy
         result.rows.append({"scope": "step", "step": step, **ident, "stage": ALL, **step_fig})
-        by_stage: dict[str, list[int]] = defaultdict(list)
-        for k, pos in enumerate(positions):
-            by_stage[stages[stage[order[pos]]][0]].append(k)
+        grouped = loops.group(loops.take(stage_category, positions))
+        by_stage = {names[c]: ks for c, ks in grouped.items()}
         for name in sorted(by_stage, key=_stage_key):
             cpu = None
             if w >= 0:
@@ -160,18 +182,16 @@ def section(result: GpuResult | None, untracked: int = 0) -> dict[str, Any] | No
     if result is None or not len(result.store):
         return None
     at, store = result.at, result.store
-    rules = dict.fromkeys(RULES, 0)
-    for r in at.rule:
-        rules[RULES[r]] += 1
+    rules = {rule: at.rule.count(r) for r, rule in enumerate(RULES)}
     kinds = {"compute": 0, "comm": 0, "memory": 0}
-    for n in store.k_name:
-        kinds[store.kinds[n]] += 1
+    for n, count in enumerate(name_totals(range(len(store)), store)[0]):
+        kinds[store.kinds[n]] += count
     return {
         "kernels": len(store),
         "untracked_events": untracked,
         "rules": rules,
-        "no_stage": sum(1 for s in at.stage if s == 0),
-        "no_step": sum(1 for w in at.window if w < 0),
+        "no_stage": at.stage.count(0),
+        "no_step": at.window.count(-1),
         "kinds": kinds,
         "kernel_wait_below_ns": KERNEL_WAIT_BELOW_NS,
         "rows": result.rows,

@@ -167,3 +167,43 @@ class KernelStore:
         self.l_ts.extend(ts_ns)
         self.l_dur.extend(_clamped(dur_ns))
         self.l_corr.extend(corrs)
+
+    def intern(self, names: list[str], categories: list[str]) -> array[int]:
+        """Name ids for ``names`` (distinct), new ones numbered in sorted order with the kind their
+        ``categories`` entry gives — as :meth:`extend_kernel_ids` numbers a chunk's new names."""
+        new = {n: c for n, c in zip(names, categories, strict=True) if n not in self._name_ids}
+        for name in sorted(new):
+            self._name_ids[name] = len(self.names)
+            self.names.append(name)
+            self.kinds.append(kind_of(name, new[name]))
+        return array("q", [self._name_ids[n] for n in names])
+
+    def extend_kernel_arrays(
+        self,
+        pids: array[int],
+        tids: array[int],
+        ts_ns: array[int],
+        dur_ns: array[int],
+        name_ids: array[int],
+        streams: array[int],
+        corrs: array[int],
+    ) -> None:
+        """Tracked GPU events already as columns (the shards' fast path): integer pids and tids,
+        streams >= 0, correlation -1 where absent."""
+        self.k_pid.extend(pids)
+        self.k_tid.extend(tids)
+        self.k_ts.extend(ts_ns)
+        self.k_dur.extend(dur_ns if not dur_ns or min(dur_ns) >= 0 else array("q", _clamped(list(dur_ns))))
+        self.k_name.extend(name_ids)
+        self.k_corr.extend(corrs)
+        self.k_stream.extend(streams)
+
+    def extend_launch_arrays(
+        self, pids: array[int], tids: array[int], ts_ns: array[int], dur_ns: array[int], corrs: array[int]
+    ) -> None:
+        """Launches with a correlation >= 0, as columns (the shards' fast path)."""
+        self.l_pid.extend(pids)
+        self.l_tid.extend(tids)
+        self.l_ts.extend(ts_ns)
+        self.l_dur.extend(dur_ns if not dur_ns or min(dur_ns) >= 0 else array("q", _clamped(list(dur_ns))))
+        self.l_corr.extend(corrs)

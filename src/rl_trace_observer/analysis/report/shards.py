@@ -11,6 +11,7 @@ the same merge (a test checks it on the demo run).
 from __future__ import annotations
 
 import heapq
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,21 @@ def _gpu(slices: Any, base: int, data: TraceData) -> None:
     launches = slices.filter(
         pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
     )
+    from ..gpu.loops import native
+
+    loops = native()
+    if hasattr(loops, "arg_ints"):  # the compiled twin: columns straight from Arrow's buffers
+        try:
+            fast = (
+                _fast_kernels(loops, kernels, base, data.gpu),
+                _fast_launches(loops, launches, base, data.gpu),
+            )
+        except _NotFast:
+            pass
+        else:
+            for apply in fast:
+                apply()
+            return
     if kernels.num_rows:
         pid, tid, ts, dur, name, cat = (
             c.to_pylist()
@@ -149,6 +165,95 @@ def _gpu(slices: Any, base: int, data: TraceData) -> None:
             pc.subtract(launches.column("ts_ns"), base).to_pylist(),
             pc.fill_null(launches.column("dur_ns"), 0).to_pylist(), corrs,
         )  # fmt: skip
+
+
+def _int_columns(table: Any, base: int) -> list[array]:  # type: ignore[type-arg]
+    pc = compute()
+    ts, dur = pc.subtract(table.column("ts_ns"), base), pc.fill_null(table.column("dur_ns"), 0)
+    return [_q(table.column("trace_pid")), _q(table.column("trace_tid")), _q(ts), _q(dur)]
+
+
+class _NotFast(Exception):
+    """A part the fast path does not take as it is (nulls, wide offsets, a huge integer): the
+    reference path reads it."""
+
+
+def _q(column: Any) -> array:  # type: ignore[type-arg]
+    """An int64 column without nulls as ``array('q')``, from Arrow's buffers (no Python ints)."""
+    import pyarrow as pa
+
+    out = array("q")
+    for chunk in getattr(column, "chunks", [column]):
+        if chunk.type != pa.int64() or chunk.null_count:
+            raise _NotFast
+        if len(chunk):
+            out.frombytes(memoryview(chunk.buffers()[1])[chunk.offset * 8 : (chunk.offset + len(chunk)) * 8])
+    return out
+
+
+def _fast_args(loops: Any, table: Any, key: bytes) -> array:  # type: ignore[type-arg]
+    """:func:`_arg_ints` of ``key`` in C over the args strings (-1: none or negative)."""
+    import pyarrow as pa
+
+    out = array("q")
+    for chunk in compute().fill_null(table.column("args"), "").chunks:
+        if chunk.type != pa.string():
+            raise _NotFast
+        _, offsets, body = chunk.buffers()
+        offs = memoryview(offsets).cast("i")[chunk.offset : chunk.offset + len(chunk) + 1]
+        try:
+            out.extend(loops.arg_ints(offs, memoryview(body).cast("B") if body is not None else b"", key))
+        except OverflowError:
+            raise _NotFast from None
+    return out
+
+
+def _fast_kernels(loops: Any, kernels: Any, base: int, store: Any) -> Any:
+    """The kernels of one part as columns, checked before anything is stored; returns the store call."""
+    pc = compute()
+    if not kernels.num_rows:
+        return lambda: None
+    streams = _fast_args(loops, kernels, b'"stream"')
+    corrs = _fast_args(loops, kernels, b'"correlation"')
+    cols = _int_columns(kernels, base)
+    names = pc.fill_null(kernels.column("name"), "").combine_chunks().dictionary_encode()
+    codes = _q(pc.cast(names.indices, "int64"))
+    keep = loops.nonneg_positions(streams)
+    untracked = len(streams) - len(keep)
+    if untracked:
+        cols, codes, streams, corrs = (
+            [loops.take(c, keep) for c in cols], loops.take(codes, keep), loops.take(streams, keep),
+            loops.take(corrs, keep),
+        )  # fmt: skip
+    dictionary = names.dictionary.to_pylist()
+    first = loops.first_positions(codes, len(dictionary))
+    used = [j for j in range(len(dictionary)) if first[j] >= 0]
+    category = kernels.column("category")
+    rows = [keep[first[j]] if untracked else first[j] for j in used]
+
+    def apply() -> None:
+        store.untracked += untracked
+        ids = array("q", [0]) * len(dictionary)
+        for j, got in zip(
+            used,
+            store.intern([dictionary[j] for j in used], [category[r].as_py() for r in rows]),
+            strict=True,
+        ):
+            ids[j] = got
+        store.extend_kernel_arrays(*cols, loops.take(ids, codes), streams, corrs)
+
+    return apply
+
+
+def _fast_launches(loops: Any, launches: Any, base: int, store: Any) -> Any:
+    if not launches.num_rows:
+        return lambda: None
+    corrs = _fast_args(loops, launches, b'"correlation"')
+    cols = _int_columns(launches, base)
+    keep = loops.nonneg_positions(corrs)
+    if len(keep) < len(corrs):
+        cols, corrs = [loops.take(c, keep) for c in cols], loops.take(corrs, keep)
+    return lambda: store.extend_launch_arrays(*cols, corrs)
 
 
 def _strings(values: list[str]) -> Any:
