@@ -302,16 +302,20 @@ def test_a_sampler_leaves_when_no_process_it_samples_for_is_alive(tmp_path: Path
 @pytest.mark.slow
 def test_a_sampler_leaves_when_its_output_directory_is_removed(tmp_path: Path) -> None:
     """The output directory moved away (as a test's temp dir is removed) while a member still runs:
-    the sampler leaves within seconds instead of writing on for as long as the member lives."""
+    the sampler leaves within seconds instead of writing on for as long as the member lives, and the
+    member (re-checking every 0.2 s) starts no other one into the directory its writers recreate."""
     out = tmp_path / "run"
     member = _member(out, 120, publish=False)
     try:
         sampler = _wait_for_samples(out)
         out.rename(tmp_path / "moved")
         assert node.wait_for_sampler(out, timeout_s=10), "the sampler writes on into a removed directory"
+        time.sleep(1.0)
+        assert not node.sampler_running(node.node_dir(out)), "a member started another sampler"
         assert member.poll() is None  # its member is still there: only the directory went
         log = (node.node_dir(out) / "sampler.log").read_text()
         assert f"sampler pid {sampler} leaves: {out} was re" in log, log
+        assert (node.node_dir(out) / node.LEFT).read_text().startswith(f"{out} was re")
     finally:
         member.kill()
         member.wait(timeout=30)

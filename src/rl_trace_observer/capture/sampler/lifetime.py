@@ -8,7 +8,9 @@
   still writing into the test's removed directory.
 - The output directory or the node folder was removed or replaced (another inode at that path):
   the run it samples for is gone, or its election can no longer be trusted. A watcher thread stats
-  them, so a hung output mount delays only that thread, never a sample.
+  them, so a hung output mount delays only that thread, never a sample. For an output directory it
+  leaves a note (:func:`.node.mark_left`), so that a member still running does not start another
+  sampler into the directory the writers recreate (its own final record would be the first file).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class Lifetime:
     """Asked after every tick: a reason to leave, or None."""
 
     def __init__(self, folder: Path, output_dir: Path, members_fd: int) -> None:
-        self.folder = folder
+        self.folder, self.output_dir = folder, output_dir
         self.members_fd = members_fd
         self.watch = DirWatch([output_dir, folder])
         self._next_members = time.monotonic() + MEMBERS_EVERY_S
@@ -84,6 +86,10 @@ class Lifetime:
             if self._absent >= 2:
                 return "no process it was started for is alive (members.lock held by others)"
         return None
+
+    def output_gone(self) -> bool:
+        """Whether the output directory (not the node folder) was removed or replaced."""
+        return self.watch.gone is not None and self.watch.gone.startswith(str(self.output_dir))
 
     def close(self) -> None:
         self.watch.stop()

@@ -23,6 +23,8 @@ unreliable and a stat there may hang.
   registration, written atomically); the sampler rescans the folder when its mtime changes.
 - ``profiling/<pid>``: present while that process runs a profiled step (the sampler then samples
   every ``RL_TRACE_METRICS_PROFILED_INTERVAL_S``); a flag of a dead pid is ignored.
+- ``left``: a sampler left because the output directory was removed or replaced; members start no
+  other sampler for it.
 
 Nothing here runs on a training thread but a dict update and an ``Event.set``: joining, handing
 over targets and profiling flags (all file operations, if only on the node's temp dir) happen on
@@ -52,6 +54,7 @@ log = logging.getLogger("rl_trace_observer")
 MEMBERS = "members.lock"
 MEMBER_PIDS = "members"
 SAMPLER = "sampler.lock"
+LEFT = "left"  # written by a sampler that left because its output directory was removed or replaced
 TARGETS = "targets"
 PROFILING = "profiling"
 RECHECK_S = 5.0
@@ -228,7 +231,7 @@ class _Agent:
                     os.close(fd)
                     return
                 self.members_fd = fd
-            if not sampler_running(folder):
+            if not sampler_running(folder) and not (folder / LEFT).exists():
                 start_sampler(folder, self.output_dir, self.run_id)
 
     def stop(self) -> None:
@@ -274,6 +277,13 @@ def stay_out() -> None:
     sampler process itself, and a test runner whose in-process tests configure recorders (it would
     otherwise be a member, keeping a sampler alive, for as long as it runs)."""
     _state["stay_out"] = True
+
+
+def mark_left(folder: Path, reason: str) -> None:
+    """A sampler left because its output directory was removed or replaced: no member starts
+    another one for this directory (that would write into the directory the writers recreate)."""
+    with contextlib.suppress(OSError):
+        write_atomic(folder / LEFT, reason.encode())
 
 
 def mark_sampler_process() -> None:

@@ -50,6 +50,8 @@ def main(argv: list[str]) -> int:
         reason = run(sampler, lifetime)
         if reason != NORMAL_END:
             log.warning("[rl-trace-observer] sampler pid %s leaves: %s", os.getpid(), reason)
+        if lifetime.output_gone():
+            node.mark_left(folder, reason)  # no member starts another one for this directory
     finally:
         lifetime.close()
         sampler.close()
