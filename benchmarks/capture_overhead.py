@@ -119,7 +119,9 @@ def run_mode(mode: str, spans: int, before: str | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_TRACE_", "RL_INSIGHT_"))}
         env.pop("PYTHONPATH", None)
-        env.update(RAY_AUTH_MODE="disabled", RL_TRACE_OUTPUT_DIR=out)
+        env.update(
+            RAY_AUTH_MODE="disabled", RL_TRACE_OUTPUT_DIR=out, RL_TRACE_METRICS="0"
+        )  # the writer alone
         env["RL_INSIGHT_SERVER_URL"] = "http://127.0.0.1:9" if mode == "forward_ray" else "local://x"
         if mode == "forward_ray":
             env["RL_TRACE_FORWARD_TO_RL_INSIGHT"] = "1"

@@ -139,7 +139,7 @@ def _set_capture(on: bool, out: str) -> None:
     from rl_trace_observer.capture import configure, reset
 
     reset()
-    configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": out} if on else {}))
+    configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": out, "RL_TRACE_METRICS": "0"} if on else {}))
 
 
 def _hooks(mode: str, server_cls: type) -> None:

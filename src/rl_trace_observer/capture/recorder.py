@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -384,7 +384,25 @@ def configure(
         if not _FORK_HOOK_INSTALLED:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HOOK_INSTALLED = True
-    return _RECORDER  # closed at exit by the writer's own exit hook (streams)
+        rec = _RECORDER
+    if rec is not None:
+        for hook in _AFTER_CONFIGURE:
+            try:
+                hook(cfg, rec)
+            except Exception as exc:
+                rec.warn_once(f"hook:{hook.__name__}", f"{hook.__name__} failed: {exc}")
+    return rec  # closed at exit by the writer's own exit hook (streams)
+
+
+# Called with every new recorder, never on a hot path; they must not wait. The one user: the node's
+# metric sampler (``sampler/__init__.py`` registers its join: this process becomes a member).
+_AFTER_CONFIGURE: list[Callable[[config_mod.Config, Recorder], None]] = []
+
+
+def after_configure(hook: Callable[[config_mod.Config, Recorder], None]) -> None:
+    """Run ``hook(config, recorder)`` whenever a recorder is created (idempotent per hook)."""
+    if hook not in _AFTER_CONFIGURE:
+        _AFTER_CONFIGURE.append(hook)
 
 
 def get_recorder() -> Recorder | None:

@@ -55,6 +55,13 @@ def gauge(name: str, value: float, **labels: Any) -> None:
     rl_insight.metric_gauge(name, float(value), **labels)
 
 
+def profiling(on: bool) -> None:
+    """A profiled step begins (``True``) or ends here: the node's metric sampler samples faster."""
+    from ..capture.sampler import mark_profiling
+
+    mark_profiling(on)
+
+
 def artifact_dir(kind: str) -> Path:
     """``<RL_TRACE_OUTPUT_DIR>/<kind>/``, created on demand."""
     rec = get_recorder()

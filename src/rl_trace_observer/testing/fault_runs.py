@@ -67,7 +67,14 @@ class Traced:
 
     def __init__(self, out: Path, rate: float, src: str | None = None, **env: str) -> None:
         full = {k: v for k, v in os.environ.items() if k in PASS_ENV}
-        full.update(RL_TRACE_OUTPUT_DIR=str(out), RL_INSIGHT_SERVER_URL="local://rl-trace-observer", **env)
+        # no metric sampler (on by default with capture): these runs measure the writer alone, and a
+        # sampler would write onto the test's mount from a process the harness does not own
+        full.update(
+            RL_TRACE_OUTPUT_DIR=str(out),
+            RL_INSIGHT_SERVER_URL="local://rl-trace-observer",
+            RL_TRACE_METRICS="0",
+        )
+        full.update(env)
         if src:
             full["PYTHONPATH"] = src
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close()); not on the mount

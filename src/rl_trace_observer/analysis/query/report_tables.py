@@ -41,9 +41,14 @@ GPU_COLUMNS = {"scope": "str", "step": "int", "role": "str", "rank": "int", "hos
                "stage": "str"} | dict.fromkeys(FIGURES, "int")  # fmt: skip
 
 
+_SAMPLES = re.compile(r"\bsamples\b", re.IGNORECASE)
+
+
 def named_in(query: str) -> set[str]:
-    """The report tables a query mentions (by word; a false hit only costs time)."""
-    return {m.group(1).lower() for m in _NAMED.finditer(query)}
+    """The report tables a query mentions (by word; a false hit only costs time); ``samples`` (the
+    metric sampler's points, with the step window each falls in) needs ``steps``."""
+    named = {m.group(1).lower() for m in _NAMED.finditer(query)}
+    return named | {"steps"} if _SAMPLES.search(query) else named
 
 
 def create(con: Any, load: Callable[[], TraceData], base_ns: int, run: str | None, wanted: set[str]) -> None:

@@ -6,6 +6,12 @@
 Tables (docs/FORMATS.md §11):
 
 - ``spans``: every row of the span shards, the columns of docs/FORMATS.md §6, as written;
+- ``samples``: the metric sampler's counter tracks (docs/metrics.md), one row per point —
+  ``host``, ``pid``/``role`` (the process the track is under: the replica's server, the process using
+  a GPU, the sampler for ``Host``/``TransferQueue``), ``device`` (``GPU 0``, ``Host``, …), ``step``
+  (the report's step window the point falls in: naming ``samples`` builds ``steps`` too),
+  ``track`` (the Perfetto track name), ``metric`` (its family), ``kind`` (gauge, rate, mean, p50,
+  p99), ``labels`` (the ``k=v,…`` the track name carries), ``ts_ns``, ``value``;
 - ``trace``: one row, ``base_ns`` (the merged trace's time origin: ``ts_ns - base_ns`` is the time
   the trace file shows) and ``source``;
 - the report's own rows (:mod:`.report_tables`, built only when a query names them): ``steps``
@@ -96,6 +102,7 @@ def open_run(path: str | Path, tables: Iterable[str] | None = None) -> Iterator[
         try:
             _tables(con, files, base_ns, source)
             report_tables.create(con, load, base_ns, _run_of(source), wanted)
+            _samples_view(con, "steps" in wanted)
             yield con
         finally:
             con.close()
@@ -185,4 +192,21 @@ def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
     # literals, not bound parameters: binding Python values makes DuckDB import pandas (~1 s a query)
     con.execute(
         f"CREATE TABLE trace AS SELECT {int(base_ns)}::BIGINT AS base_ns, '{_quote(source)}' AS source"
+    )
+
+
+def _samples_view(con: Any, steps: bool) -> None:
+    """The metric sampler's points; ``step`` from the report's ``steps`` when they were built."""
+    step, join = "NULL::BIGINT", ""
+    if steps:
+        step, join = "w.step", "LEFT JOIN steps w ON s.ts_ns >= w.start_ns AND s.ts_ns < w.end_ns"
+    con.execute(
+        f"""CREATE VIEW samples AS
+        SELECT s.run, s.host, s.pid, s.role, s.device, {step} AS step, s.name AS track,
+               regexp_extract(s.name, '^([^ {{]+)', 1) AS metric,
+               substr(s.category, length('metrics.') + 1) AS kind,
+               nullif(regexp_extract(s.name, '\\{{([^{{}}]*)\\}}$', 1), '') AS labels,
+               s.ts_ns, CAST(json_extract(s.args, '$.value') AS DOUBLE) AS value, s.artifact
+        FROM spans s {join}
+        WHERE s.ph = 'C' AND s.category LIKE 'metrics.%'"""
     )

@@ -53,6 +53,7 @@ from .stages import (
     marker_number,
     marker_priority,
 )
+from .telemetry import METRICS_CAT, telemetry_section
 from .windows import Window, process_windows, step_windows
 
 SCHEMA = "rl-trace-report/4"
@@ -60,8 +61,9 @@ LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
 SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.analysis.gpu`, docs/FORMATS.md
-§10; /3 was /2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
-:mod:`rl_trace_observer.analysis.answers`; /2 added ``rollout``):
+§10, and ``telemetry``: the metric sampler's engines, GPUs and hosts; /3 was /2 plus ``idle``,
+``goodput``, ``arrivals``, ``critical_path``: see :mod:`rl_trace_observer.analysis.answers`; /2
+added ``rollout``):
 {schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | names |
   none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
   dropped_events, manifest, merged_by_report, read_error (only when the file could not be read as
@@ -77,7 +79,7 @@ SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.anal
  metrics[{name, steps[{step, mean, last, min, max, count}]}],
  gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
  clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
-  problems, problem_count, missing, counts} | null,
+  problems, problem_count, missing, counts, metrics[<manifest metrics entry>]} | null,
  rollout{requests, validation_requests, client_spans, server_spans, linked, tail_quantile,
   steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
@@ -106,7 +108,14 @@ SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.anal
            comm_ns, memory_ns, overlap_ns, idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns,
            launch_delay_p50_ns, launch_delay_p95_ns, launch_delay_max_ns}],
      devices[{role, rank, host, device, streams[], top_kernels[]}], top_kernels[],
-     idle_while[{step, role, rank, device, gpu_idle_ns, while_ns{}}]} | null}.
+     idle_while[{step, role, rank, device, gpu_idle_ns, while_ns{}}]} | null,
+ telemetry{engines[{step, replica, process, running_mean, running_max, waiting_mean, waiting_max,
+                    kv_cache_max, preemptions, prompt_tokens{,_low,_high,_per_s},
+                    generation_tokens{,_low,_high,_per_s}, span_prompt_tokens, span_generation_tokens,
+                    span_generation_tokens_per_s, disagrees}],
+           gpus[{step, role, stage, mean, max, spans, memory_max_bytes}],
+           host_cpu[{step, role, stage, mean, max, spans}], gpu_note, slack_pct} | null
+           (the metric sampler's tracks: :mod:`.telemetry`, docs/metrics.md)}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -246,6 +255,8 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
+        if c.cat.startswith(METRICS_CAT):  # sampled engine/GPU/host tracks: the telemetry section
+            continue
         step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
@@ -390,6 +401,11 @@ def build_summary(
     answers = answer_sections(rows, answer_windows)
     metric_rows = metrics(data, windows)
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
+    rollout = rollout_section(
+        data.spans,
+        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+    )
     gpu = gpu_section.section(m.gpu, data.gpu.untracked)
     if gpu is not None:
         gpu["idle_while"] = gpu_answers(rows, m.gpu.windows, m.gpu, answers["critical_path"])
@@ -418,10 +434,14 @@ def build_summary(
         "gantt": gantt(idx, windows),
         "clock": clock,
         "artifacts": artifacts,
-        "rollout": rollout_section(
-            data.spans,
-            [(w.step, w.start_ns, w.end_ns) for w in windows],
-            [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+        "rollout": rollout,
+        "telemetry": telemetry_section(
+            data.counters,
+            data.process_names,
+            answer_windows,
+            rows,
+            rollout,
+            (artifacts or {}).get("metrics") or [],
         ),
         **answers,
         "gpu": gpu,

@@ -68,6 +68,7 @@ class Counter:
     ts_ns: int
     value: float
     labels: dict[str, str] = field(default_factory=dict)
+    cat: str = ""  # ``metrics.*``: a metric sampler's track (the telemetry section), not a scalar metric
 
 
 _LABELLED = re.compile(r"^(.*)\{([^{}]*)\}$")
@@ -206,7 +207,7 @@ class _Collector:
         for key, value in _args(ev.args).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 label = name if key == "value" else f"{name} {key}"
-                self.data.counters.append(Counter(label, ev.pid, ts_ns, float(value), labels))
+                self.data.counters.append(Counter(label, ev.pid, ts_ns, float(value), labels, _text(ev.cat)))
 
     def _meta(self, ev: Event) -> None:
         args = _args(ev.args)

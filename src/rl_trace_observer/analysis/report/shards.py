@@ -283,7 +283,16 @@ def _counters(row: dict[str, Any], base: int) -> list[Counter]:
     for key, value in _args(row.get("args")).items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             label = name if key == "value" else f"{name} {key}"
-            out.append(Counter(label, row["trace_pid"], row["ts_ns"] - base, float(value), labels))
+            out.append(
+                Counter(
+                    label,
+                    row["trace_pid"],
+                    row["ts_ns"] - base,
+                    float(value),
+                    labels,
+                    row.get("category") or "",
+                )
+            )
     return out
 
 

@@ -26,6 +26,7 @@ from .style import (
     problem_line,
     step_label,
 )
+from .telemetry_tables import tables as telemetry_tables
 
 MAX_STEP_ROWS = 50
 MAX_RANK_TABLES = 4
@@ -228,6 +229,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
     if metrics is not None:
         console.print(metrics)
     _rollout(console, summary, top, compact)
+    _plain(console, telemetry_tables(summary.get("telemetry")), compact)
     _provenance(console, summary)
 
 

@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from ...clock.pairs import PairAlignment
 
 SourcePid = int | str
+# what ``process_of`` makes of a source pid: an ``int`` OS pid, a ``str`` naming a sub-process of the
+# file's owner (``"GPU 0"``), or ``(pid, sub)``: a sub-process of ANOTHER process on the host (metric
+# samples put a GPU's counters under ``GPU k`` of each process that used it, beside its Kineto kernels)
+ProcessRef = int | str | tuple[int, str]
+# ReadResult.meta[MANIFEST_ENTRY]: fields the format adds to its file's manifest entry (``artifacts[]``)
+MANIFEST_ENTRY = "manifest_entry"
 
 # rank_role: a file's place in one TokenSpeed scheduler rank (its VizTracer report and Proton files)
 REPORT = "report"  # holds the viztracer->proton flow starts: the reference the kernels align on
@@ -78,7 +84,7 @@ class ReadResult:
     process_names: dict[SourcePid, str] = field(default_factory=dict)
     process_labels: dict[SourcePid, str] = field(default_factory=dict)
     thread_names: dict[tuple[SourcePid, Any], str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)  # host_name, rank, ... found in the file
+    meta: dict[str, Any] = field(default_factory=dict)  # host_name, rank, MANIFEST_ENTRY, ... found in it
     problems: list[Problem] = field(default_factory=list)
     read: int = 0  # events in the file, metadata events included
     metadata: int = 0  # of which metadata (``M``) events: names, not timeline events
@@ -128,8 +134,9 @@ class Format:
         :mod:`...timeline.steps`); None: its files hold none (``markers_rank`` None: nothing is opened)."""
         return None
 
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        """An ``int`` OS pid, or a ``str`` naming a sub-process of the owner (``"GPU 0"``)."""
+    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> ProcessRef:
+        """An ``int`` OS pid, a ``str`` naming a sub-process of the owner (``"GPU 0"``), or
+        ``(pid, sub)``: a sub-process of another OS process on the file's host."""
         return pid
 
     def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:
