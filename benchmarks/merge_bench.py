@@ -10,8 +10,12 @@ process so peak RSS is its own:
 
 - every output format through ``rl_trace_observer.merge.pipeline.merge`` (``--workers`` processes);
 - the baseline: stdlib ``json.load`` of every file into memory, the same pid/tid/ts rewrite in
-  Python, one ``json.dump``. It holds the whole run in memory (~1 KB per event), so by default it runs
-  on whole files up to ``--baseline-events`` and is compared as events/s (``0`` = the whole run).
+  Python, one ``json.dump``, in ONE process. It holds the whole run in memory (~1 KB per event), so by
+  default it runs on whole files up to ``--baseline-events`` (``0`` = the whole run). The ``x base``
+  column is therefore NOT like with like: events/s of a ``--workers`` merge of the whole run over the
+  one-process baseline's events/s on its subset. The like-with-like line under the table merges
+  exactly the baseline's files in one process (``workers=0``) to plain ``.json``, as the baseline
+  writes, and compares wall and CPU seconds on the same events.
 
 Targets (issue 3, 2 cores): ``.json.gz`` >= 1.0M events/s end to end and >= 10x the baseline; peak RSS
 <= 1 GB for the 10M-event run. Figures depend on the machine's load: run it on a quiet machine. So that
@@ -41,8 +45,9 @@ import json, resource, sys, time
 from rl_trace_observer.merge.writers import native
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+inputs = json.loads(run) if run.startswith("[") else [run]  # a run directory, or a JSON list of files
 t0 = time.perf_counter(); c0 = time.process_time()
-res = merge([run], out, MergeOptions(workers=workers))
+res = merge(inputs, out, MergeOptions(workers=workers))
 wall = time.perf_counter() - t0
 self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -87,7 +92,7 @@ for path in files:
         n += 1
 with open(out, "w") as f:
     json.dump({"traceEvents": merged}, f)
-print(json.dumps({"wall_s": time.perf_counter() - t0, "events": n,
+print(json.dumps({"wall_s": time.perf_counter() - t0, "events": n, "cpu_s": time.process_time(),
                   "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
@@ -218,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         files = _baseline_files(run, args.baseline_events, rows[0][1]["counts"])
         base = _child(BASELINE_CHILD, json.dumps(files), str(tmp / "baseline.json"))
         base_rate = base["events"] / base["wall_s"]
+        same = _child(MERGE_CHILD, json.dumps(files), str(tmp / "same-files.json"), "0")  # like with like
+        (tmp / "same-files.json").unlink(missing_ok=True)
         print()
         print(
             f"{'output':13s} {'events':>11s} {'wall s':>7s} {'M ev/s':>7s} {'MB/s in':>7s} {'cpu s':>6s} "
@@ -240,7 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"  baseline: stdlib json.load + rewrite + one json.dump of {len(files)} whole files "
-            f"({base['events']:,} of {ev_total:,} events; --baseline-events 0 for all)"
+            f"({base['events']:,} of {ev_total:,} events; --baseline-events 0 for all), one process; "
+            f"'x base' divides a {args.workers}-worker merge's events/s on the whole run by it"
+        )
+        print(
+            f"  like with like (those {len(files)} files, one process each, plain .json out): merge "
+            f"{same['wall_s']:.2f} s wall / {same['cpu_s']:.2f} CPU s for {same['counts']['events_read']:,} "
+            f"events vs baseline {base['wall_s']:.2f} s / {base['cpu_s']:.2f} CPU s: "
+            f"{base['wall_s'] / same['wall_s']:.1f}x faster in wall, "
+            f"{base['cpu_s'] / same['cpu_s']:.1f}x in CPU"
         )
         records = rows[0][1].get("links") or []
         for pairing, what in (

@@ -18,6 +18,40 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_STEPS = 3
 
+REAL_TRACES_REL = "../shared/real-traces"  # public traces written by others: read in place, never copied in
+
+
+def _main_checkout(root: Path) -> Path:
+    """The main checkout of ``root``: ``root`` itself, or for a git worktree (``.git`` is a file naming
+    ``.../.git/worktrees/<name>``) the checkout that owns it."""
+    dot_git = root / ".git"
+    if not dot_git.is_file():
+        return root
+    text = dot_git.read_text().strip()
+    if not text.startswith("gitdir:"):
+        return root
+    gitdir = (root / text.partition(":")[2].strip()).resolve()
+    common = gitdir / "commondir"
+    if common.is_file():
+        gitdir = (gitdir / common.read_text().strip()).resolve()
+    return gitdir.parent if gitdir.name == ".git" else root
+
+
+def real_traces_dir() -> Path:
+    """``../shared/real-traces`` next to the repository (for a git worktree: next to its main checkout,
+    where the shared folder sits beside the repository it belongs to)."""
+    for base in dict.fromkeys((ROOT, _main_checkout(ROOT))):
+        path = (base / REAL_TRACES_REL).resolve()
+        if path.is_dir():
+            return path
+    return (ROOT / REAL_TRACES_REL).resolve()
+
+
+def real_trace_sets() -> list[str]:
+    real = real_traces_dir()
+    return sorted(p.name for p in real.iterdir() if p.is_dir()) if real.is_dir() else []
+
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token auth by default
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # No metric sampler process per test that turns capture on; the tests of the sampler turn it on.
@@ -45,6 +79,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(_NODE_DIR, ignore_errors=True)
 
 
+EXTRAS = {  # what a light install (the README's quick check: '.[test,viztracer]') lacks, and its extra
+    "ray": "ray",
+    "rl_insight": "rl-insight",
+    "verl": "verl",
+    "torch": "demo",
+    "numpy": "demo",
+    "pyarrow": "shards",
+    "duckdb": "sql",
+}
+FULL_INSTALL = "scripts/bootstrap.sh installs every extra"
+
+
+def need(module: str) -> Any:
+    """``module``, or a skip naming the extra that brings it (in CI the skip fails: see below)."""
+    top = module.split(".")[0]
+    extra = EXTRAS[top]
+    return pytest.importorskip(module, reason=f"needs {top}: the '{extra}' extra ({FULL_INSTALL})")
+
+
+def need_all(*modules: str) -> None:
+    """Skip unless every module imports (for a test that starts a child needing them)."""
+    for module in modules:
+        need(module)
+
+
+def requires(*modules: str) -> pytest.MarkDecorator:
+    """A skipif mark naming the first missing module's extra (modules looked up, not imported)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    extra = EXTRAS[missing[0]] if missing else ""
+    reason = f"needs {missing[0]}: the '{extra}' extra ({FULL_INSTALL})" if missing else ""
+    return pytest.mark.skipif(bool(missing), reason=reason)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without any RL_TRACE_*/RL_INSIGHT_*/VERL_* leaking between tests."""
     env = {
@@ -59,7 +128,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_python(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, env: dict[str, str], timeout: float = 240, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter; fail the test with its output when it exits non-zero."""
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -67,7 +138,7 @@ def run_python(code: str, env: dict[str, str], timeout: float = 240) -> subproce
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=cwd,
     )
     if proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -101,6 +172,7 @@ def engine() -> Iterator[Any]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One `rl-trace demo` run (real Ray, torch.profiler, VizTracer, RL-Insight, collect, merge, report),
     shared by every test module that reads its outputs."""
+    need_all("ray", "torch", "rl_insight")  # what `rl-trace demo` runs on (the 'demo' extra)
     out = tmp_path_factory.mktemp("demo") / "out"
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -143,12 +215,48 @@ def fresh_recorder() -> Iterator[None]:
     reset()
 
 
+CI_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def in_ci() -> bool:
+    """``CI`` is set to something other than off (``CI=false``, ``CI=0`` and an empty value are off)."""
+    return os.environ.get("CI", "").strip().lower() not in CI_OFF
+
+
+def _ci_failure(longrepr: object) -> str:
+    return f"skipped in CI (every dependency must be present): {longrepr}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """In CI every dependency is installed (scripts/bootstrap.sh): a skip there hides a broken set-up,
     so it fails instead. Locally, a missing browser or framework still skips with its reason."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get("CI") and not hasattr(report, "wasxfail"):
+    if report.skipped and in_ci() and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
-        report.longrepr = f"skipped in CI (every dependency must be present): {report.longrepr}"
+        report.longrepr = _ci_failure(report.longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """The same for a whole module skipped while it is collected (``pytest.importorskip`` at module
+    level, ``pytest.skip(allow_module_level=True)``): in CI that is a collection error, not a skip."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci():
+        report.outcome = "failed"
+        report.longrepr = _ci_failure(report.longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say plainly what a run without the real traces did not check (in CI their tests fail instead)."""
+    if real_trace_sets():
+        return
+    terminalreporter.write_line(
+        f"NOT CHECKED: no real traces at {real_traces_dir()} ({REAL_TRACES_REL} beside the repository): "
+        "merging real public Kineto/HTA/MTIA/SGLang/VizTracer files (tests/test_real_traces.py) and the "
+        "compiled encoder on them (tests/test_native_twins.py) were skipped",
+        yellow=True,
+        bold=True,
+    )

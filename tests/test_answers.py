@@ -260,3 +260,121 @@ def test_verl_timing_metrics_are_checked_against_the_spans() -> None:
     }
     assert check["disagreements"] == 2
     assert metric_check(SPANS, [W], [metrics[-2]], goodput) is None
+
+
+# ------------------------------------------------------------- per-nanosecond brute-force oracles
+# Small windows, every nanosecond labelled straight from the definitions in the module docstrings,
+# without the interval arithmetic the answers use.
+WORKER_STAGES = {"trainer": ("log_prob", "update"), "rollout": ("generation",)}
+
+
+@st.composite
+def small_runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
+    windows, spans, t = [], [], draw(st.integers(0, 30))
+    for step in range(draw(st.integers(1, 2))):
+        length = draw(st.integers(1, 120))
+        windows.append(StepWindow(step, t, t + length))
+        t += length + draw(st.integers(0, 20))
+    for _ in range(draw(st.integers(0, 12))):
+        role, lane = draw(st.sampled_from(LANES))
+        name = draw(st.sampled_from(NAMES))
+        start = draw(st.integers(-20, t + 20))
+        spans.append(WorkSpan(role, lane, name, classify(name), start, start + draw(st.integers(0, 100))))
+    return spans, windows
+
+
+def _kind(spans: list[WorkSpan], lane: tuple[str, str]) -> str:
+    stages = {s.stage for s in spans if (s.role, s.lane) == lane}
+    if stages & {"log_prob", "update"}:
+        return "trainer"
+    return "rollout" if "generation" in stages else "other"
+
+
+def _at(spans: list[WorkSpan], t: int) -> list[WorkSpan]:
+    return [s for s in spans if s.start_ns <= t < s.end_ns]
+
+
+def _cause(spans: list[WorkSpan], kinds: dict[tuple[str, str], str], lane: tuple[str, str], t: int) -> str:
+    now = [(s, (s.role, s.lane)) for s in _at(spans, t)]
+    others = [(s, ln) for s, ln in now if ln != lane]
+    if any(s.stage == "weight_sync" for s, _ in now):
+        return "weight_sync"
+    if kinds[lane] != "rollout" and any(kinds[ln] == "rollout" and s.stage == "generation" for s, ln in now):
+        return "waiting_for_rollout"
+    if kinds[lane] != "trainer" and any(
+        kinds[ln] == "trainer" and s.stage in WORKER_STAGES["trainer"] for s, ln in now
+    ):
+        return "waiting_for_trainer"
+    if any(ln[0] == lane[0] for _, ln in others):
+        return "waiting_for_peers"
+    if any(kinds[ln] in WORKER_STAGES for _, ln in others):
+        return "unexplained"
+    return "driver"
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_runs())
+def test_idle_causes_and_goodput_equal_a_per_ns_count(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
+    spans, windows = run
+    out = answer_sections(spans, windows)
+    lanes = sorted({(s.role, s.lane) for s in spans})
+    kinds = {lane: _kind(spans, lane) for lane in lanes}
+    for w, idle, good in zip(windows, out["idle"]["steps"], out["goodput"]["steps"], strict=True):
+        rows = {(r["role"], r["lane"]): r for r in idle["lanes"]}
+        assert set(rows) == set(lanes)
+        for lane in lanes:
+            want = dict.fromkeys(CAUSES, 0)
+            for t in range(w.start_ns, w.end_ns):
+                if not any((s.role, s.lane) == lane for s in _at(spans, t)):
+                    want[_cause(spans, kinds, lane, t)] += 1
+            assert rows[lane]["kind"] == kinds[lane]
+            assert rows[lane]["causes_ns"] == want and rows[lane]["idle_ns"] == sum(want.values()), lane
+        for role in good["roles"]:
+            buckets = {"productive_ns": 0, "overhead_ns": 0, "idle_ns": 0}
+            for t in range(w.start_ns, w.end_ns):
+                stages = {s.stage for s in _at(spans, t) if s.role == role["role"]}
+                if stages & {"generation", "log_prob", "update"}:
+                    buckets["productive_ns"] += 1
+                elif stages & {"weight_sync", "other"}:
+                    buckets["overhead_ns"] += 1
+                else:
+                    buckets["idle_ns"] += 1
+            assert {k: role[k] for k in buckets} == buckets, role
+
+
+def _path_per_ns(spans: list[WorkSpan], w: StepWindow) -> list[tuple[str | None, str]]:
+    """(lane, name) of every ns of the window: walk back from its end; the span that finished last at or
+    before t (the longest on a tie, then the lane named first, then the later in the input) is what the
+    step waited for; spans that finished while it ran were concurrent and never count again."""
+    lane_order = sorted({(s.role, s.lane) for s in spans})
+    live = [
+        (i, s, max(s.start_ns, w.start_ns), min(s.end_ns, w.end_ns))
+        for i, s in enumerate(spans)
+        if s.start_ns < w.end_ns and s.end_ns > w.start_ns and s.end_ns > s.start_ns
+    ]
+    labels: list[tuple[str | None, str]] = [(None, "gap")] * (w.end_ns - w.start_ns)
+    t = w.end_ns
+    while t > w.start_ns:
+        done = [c for c in live if c[3] <= t]
+        if not done:
+            break
+        _, s, lo, hi = max(
+            done, key=lambda c: (c[3], c[3] - c[2], -lane_order.index((c[1].role, c[1].lane)), c[0])
+        )
+        for ns in range(lo, hi):
+            labels[ns - w.start_ns] = (s.lane, s.name)
+        live = [c for c in live if c[3] <= lo]
+        t = lo
+    return labels
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_runs())
+def test_critical_path_equals_a_per_ns_walk(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
+    spans, windows = run
+    for w, path in zip(windows, critical_paths(spans, windows), strict=True):
+        got: list[tuple[str | None, str]] = []
+        for seg in path["segments"]:
+            got += [(seg["lane"], seg["name"])] * seg["dur_ns"]
+        assert got == _path_per_ns(spans, w)
+        assert path["segments_total"] == len(path["segments"])  # small windows: none cut off

@@ -18,6 +18,8 @@ from hypothesis import strategies as hs
 from rl_trace_observer.analysis.query import diff as d
 from rl_trace_observer.analysis.report.stages import classify
 
+from .conftest import need
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -121,7 +123,7 @@ def test_diff_cli_exit_codes_and_outputs(tmp_path: Path) -> None:
     )
 )  # fmt: skip
 def test_sql_stage_macro_is_the_stage_table(names: list[str]) -> None:
-    duckdb = pytest.importorskip("duckdb")
+    duckdb = need("duckdb")
     from rl_trace_observer.analysis.query.sql import stage_macro
 
     con = duckdb.connect()
@@ -258,7 +260,8 @@ PATH_FLOWS_SQL = (
 def test_critical_path_drawn_into_the_trace_opens_in_perfetto(
     demo: dict[str, Any], tmp_path: Path, source: str
 ) -> None:
-    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
+    from rl_trace_observer.testing.perfetto import engine
+
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)

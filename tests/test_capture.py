@@ -46,10 +46,19 @@ def test_span_nanoseconds_round_trip_exactly(
     assert event["tid"] == 1 and event["args"] == {"step": 3}
 
 
-def test_float_microseconds_alone_would_lose_precision() -> None:
-    """Why ts_ns exists: epoch µs as a float cannot hold every nanosecond."""
+def test_float_microseconds_alone_would_lose_precision(out_dir: Path) -> None:
+    """Why ts_ns exists: the line's epoch-µs ``ts`` float cannot hold every nanosecond; the merger's
+    reader takes the exact ``ts_ns`` beside it."""
+    from rl_trace_observer.merge.formats import ReadContext, format_for
+
     start = 1_795_000_000_123_456_789
-    assert round((start / 1000) * 1000) != start
+    rec = _recorder(out_dir)
+    rec.span("actor_update", start, start + 5, lane="rank_0")
+    rec.close()
+    (line,) = spans(read_jsonl(rec.events.path))
+    assert round(line["ts"] * 1000) != start  # what a reader of the Chrome "ts" alone would get
+    res = format_for("rl_insight").read(rec.events.path.read_bytes(), ReadContext("f", "f"))
+    assert [(e.name, e.ts, e.dur) for e in res.events if e.ph == "X"] == [("actor_update", start, 5)]
 
 
 def test_lanes_get_named_threads_and_metrics_become_counters(out_dir: Path) -> None:

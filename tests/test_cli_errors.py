@@ -15,9 +15,8 @@ import pytest
 from rl_trace_observer.cli.errors import os_error_line, user_path
 
 from .cli_run import rl_trace
+from .conftest import need_all
 from .corpus.cluster_run import build_cluster_run
-
-pytest.importorskip("pyarrow")
 
 # The commands that write nothing but stdout; every other one has unwritable-output cases below.
 NO_OUTPUT_OPTIONS = {"config", "view"}
@@ -25,6 +24,7 @@ NO_OUTPUT_OPTIONS = {"config", "view"}
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    need_all("pyarrow", "duckdb")  # the cases write span shards and run rl-trace sql on them
     base = tmp_path_factory.mktemp("cli-errors")
     build_cluster_run(base / "run", kernels=4)
     shards = base / "shards"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from .cli_run import rl_trace
-from .conftest import clean_env
+from .conftest import clean_env, need_all
 from .corpus.cluster_run import build_cluster_run
 
 
@@ -35,7 +35,7 @@ def test_merging_a_directory_into_itself_again_skips_its_own_outputs(run: Path, 
     assert "not_a_trace" not in again.stderr  # the earlier .pftrace is ours, not an unknown file
     manifest: dict[str, Any] = json.loads((work / "merged.json.gz.manifest.json").read_text())
     first_manifest = json.loads((tmp_path / "run" / "other.pftrace.manifest.json").read_text())
-    assert manifest["counts"]["events_kept"] == first_manifest["counts"]["events_kept"]
+    assert manifest["counts"]["events_kept"] == first_manifest["counts"]["events_kept"] > 0
     assert {str(work / "other.pftrace"), str(work / "merged.json.gz")} <= set(manifest["ignored"])
     # named explicitly as an input, the output is still refused
     named = rl_trace("merge", str(work / "merged.json.gz"), "-o", str(work / "merged.json.gz"))
@@ -103,7 +103,7 @@ def test_config_shows_the_variables_as_the_user_spells_them() -> None:
 def test_sql_needs_no_pandas_reads_time_zones_and_takes_the_format_from_the_suffix(
     run: Path, tmp_path: Path
 ) -> None:
-    pytest.importorskip("duckdb")
+    need_all("duckdb", "pyarrow")
     shards = tmp_path / "shards"
     assert (
         rl_trace("merge", str(run), "-o", str(tmp_path / "m.json.gz"), "--shards", str(shards)).returncode
@@ -126,7 +126,7 @@ def test_sql_needs_no_pandas_reads_time_zones_and_takes_the_format_from_the_suff
 
 
 def test_sql_on_a_json_gz_without_shards_says_it_converted(run: Path, tmp_path: Path) -> None:
-    pytest.importorskip("duckdb")
+    need_all("duckdb", "pyarrow")
     merged = tmp_path / "m.json.gz"
     assert rl_trace("merge", str(run), "-o", str(merged)).returncode == 0
     proc = rl_trace("sql", str(merged), "SELECT count(*) AS n FROM spans", "--csv")

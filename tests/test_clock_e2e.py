@@ -33,8 +33,10 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("rl_insight")
+from .conftest import need
+
+ray = need("ray")
+need("rl_insight")
 
 from rl_trace_observer.capture import configure  # noqa: E402
 from rl_trace_observer.config import Config  # noqa: E402
@@ -83,19 +85,20 @@ class ShiftedHost(rcs.ClockResponderMixin):
         assert self.rec is not None and install()
         rl_insight.init(config={"server": {"backend": "rl_trace_observer", "url": LOCAL_URL}})
 
-    def region(self, name: str, at_real_ns: int, dur_ns: int) -> tuple[int, int]:
+    def region(self, name: str, at_real_ns: int, dur_ns: int) -> tuple[int, int, int]:
         """Record ``name`` from real time ``at_real_ns`` for ``dur_ns``, stamped with THIS clock.
 
-        Returns the real times read right beside this clock's readings (the truth)."""
+        Returns (real before, the start stamp, real after): the real clock read right before and right
+        after this clock's start reading, so the truth lies between them however long that took."""
         import rl_insight
 
         _sleep_until(at_real_ns)
-        real0, start = time.time_ns(), self.clock.wall_ns()
+        before, start, after = time.time_ns(), self.clock.wall_ns(), time.time_ns()
         _sleep_until(at_real_ns + dur_ns)
-        real1, end = time.time_ns(), self.clock.wall_ns()
+        end = self.clock.wall_ns()
         attrs = {"state_lane_id": "replica_0", "step": 1}
         rl_insight.trace_span(name=name, start_time_ns=start, end_time_ns=end, attributes=attrs)
-        return real0, real1
+        return before, start, after
 
     def truth(self, real_wall_ns: int) -> int:
         return self.clock.offset_at(real_wall_ns)
@@ -161,6 +164,10 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
     try:
         sync = rcs.clock_sync()
         assert sync is not None
+        # Which boundaries are measured, not how fast (benchmarks/clock_handshake.py): the background
+        # budget is what this test calls a hang, so a loaded machine's 30-200 ms round trips change
+        # nothing; a measurement still ends as soon as its rounds are done.
+        sync.background_budget_ms = 20_000.0
         for handle in hosts.values():
             sync.add_target(handle, "process")
         assert rcs.prepare(timeout_s=120) == len(hosts) + 1  # the three actors and this node's responder
@@ -177,7 +184,7 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
                 _sleep_until(at + 20 * MS)
                 driver.span(REGION, r0, time.time_ns(), lane="driver")
                 real.update(zip(("host-a", "host-b"), ray.get(refs), strict=True))
-                real["ref"] = (r0, 0)
+                real["ref"] = (r0, r0, r0)  # the reference clock is the real one: its stamp is the truth
             else:  # host-j's clock steps back inside profiled step 2
                 ray.get(hosts["host-j"].region.remote("before_jump", time.time_ns(), 5 * MS))
                 ray.get(hosts["host-j"].jump.remote(-250 * MS))
@@ -186,7 +193,6 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
         assert rcs.on_training_end(60)  # the last one: measured and stored before it returns
         ray.get([h.sync.remote() for h in hosts.values()])
         assert driver.flush()
-        truth_at = {h: ray.get(hosts[h].truth.remote(real[h][0])) for h in ("host-a", "host-b")}
         measured = _check_measurements(out, hosts)
     finally:
         rcs.reset()
@@ -206,7 +212,7 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
     # the bound grows with the distance: stated per range, and in the hosts' worst bound.
     hosts_ = {h: clock["hosts"][h] for h in ("host-a", "host-b")}
     bound = {h: hc["measured_uncertainty_ns"] for h, hc in hosts_.items()}
-    assert all(0 < b <= 1000 * 1000 for b in bound.values()), bound
+    assert all(b > 0 for b in bound.values()), bound  # how small: benchmarks/clock_handshake.py
     for hc in hosts_.values():
         parts = {r["where"]: r["uncertainty_ns"] for r in hc["ranges"]}
         assert parts["measured"] <= hc["measured_uncertainty_ns"] and hc["uncertainty_ns"] == max(
@@ -219,20 +225,23 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
         == clock["worst_uncertainty_ns"]
         == max(hc["uncertainty_ns"] for hc in hosts_.values())
     )
-    extra = r"( \(±\d+\.\d{3} ms extrapolated\))?$"  # when its record began before the measurements
-    assert any(re.match(r"host-a · .* · clock \+37\.\d{3} ms ±0\.\d{3} ms" + extra, n) for n in names), names
-    assert any(re.match(r"host-b · .* · clock -1(19|20)\.\d{3} ms ±0\.\d{3} ms" + extra, n) for n in names), (
-        names
-    )
+    for h in ("host-a", "host-b"):  # the process names state the manifest's offset and bound ...
+        hc = hosts_[h]
+        label = f"clock {hc['offset_ns'] / 1e6:+.3f} ms ±{bound[h] / 1e6:.3f} ms"
+        assert any(n.startswith(f"{h} · ") and f" · {label}" in n for n in names), (label, names)
+        # ... and that offset is the truth at its time, within the bound
+        truth = ray.get(hosts[h].truth.remote(hc["offset_at_wall_ns"] - hc["offset_ns"]))
+        assert abs(hc["offset_ns"] - truth) <= bound[h] + 1, (h, hc["offset_ns"], truth, bound[h])
+    # Placement: host h's region starts at its stamp S, taken at a real time R between the real
+    # readings around it; aligned, S lands on R within the host's bound (the reference's stamp is real).
     for h in ("host-a", "host-b"):
-        got, want = starts[h] - starts["ref"], real[h][0] - real["ref"][0]
-        assert abs(got - want) <= bound[h] + 2000, (h, got, want, bound[h])
-    a_b = starts["host-a"] - starts["host-b"]
-    assert abs(a_b - (real["host-a"][0] - real["host-b"][0])) <= bound["host-a"] + bound["host-b"] + 2000
-    errors = {h: (starts[h] - starts["ref"]) - (real[h][0] - real["ref"][0]) for h in ("host-a", "host-b")}
-    print(f"aligned: placement error vs truth {errors} ns, bounds {bound} ns")
+        before, _, after = real[h]
+        got, ref = starts[h] - starts["ref"], real["ref"][1]
+        assert before - ref - bound[h] <= got <= after - ref + bound[h], (h, got, before - ref, after - ref)
+    errors = {h: (starts[h] - starts["ref"]) - (real[h][0] - real["ref"][1]) for h in ("host-a", "host-b")}
+    print(f"aligned: placement error vs truth {errors} ns (+ the read window), bounds {bound} ns")
 
-    # --clock wall: raw clocks, a clock problem per shifted host, the regions ~157 ms apart.
+    # --clock wall: raw clocks, a clock problem per shifted host, each region exactly at its raw stamp.
     wall = tmp_path / "wall.json.gz"
     proc, manifest = _merge(str(out), "-o", str(wall), "--clock", "wall")
     assert proc.returncode == 0, proc.stderr
@@ -248,17 +257,17 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
     with gzip.open(wall) as f:  # Chrome JSON: the statement is in the file's own header
         header = json.loads(f.read())["rl_trace_observer"]["clock_alignment"]
     assert header["clock_alignment"] == "wall" and header["clock_worst_uncertainty_ns"] > 120 * MS
-    raw_a = real["host-a"][0] + truth_at["host-a"]
-    raw_b = real["host-b"][0] + truth_at["host-b"]
     gap = starts["host-a"] - starts["host-b"]
-    assert abs(gap - (raw_a - raw_b)) <= 100_000 and 150 * MS < gap < 165 * MS, gap
-    print(f"wall: a-b {gap} ns (truth {raw_a - raw_b} ns)")
+    assert gap == real["host-a"][1] - real["host-b"][1], gap  # the two stamps as written, to the ns
+    assert starts["host-a"] - starts["ref"] == real["host-a"][1] - real["ref"][1]
+    print(f"wall: a-b {gap} ns")
 
     # host-j: the clock step inside profiled step 2 is found in its snapshots and fails --strict.
     proc, manifest = _merge(str(out_j), "-o", str(tmp_path / "j.json"), "--strict")
     assert proc.returncode == 1 and "jumped" in proc.stderr
     (jump,) = manifest["timeline"]["clock"]["hosts"]["host-j"]["jumps"]
-    assert jump["inside_profiled_window"] and abs(jump["jump_ns"] + 250 * MS) < MS, jump
+    assert jump["inside_profiled_window"], jump
+    assert abs(jump["jump_ns"] + 250 * MS) <= _snapshot_error(out_j, "host-j", jump), jump
     assert any("inside a profiled window" in p["detail"] for p in manifest["problems"])
 
 
@@ -276,3 +285,16 @@ def _check_measurements(out: Path, hosts: dict[str, Any]) -> dict[str, list[tupl
     node = [r for k, r in _records(out).items() if k.endswith("/clock_sync")]
     assert len(node) == 1 and node[0]["events"]["written"] == 0 and node[0]["clock_offsets"]
     return found
+
+
+def _snapshot_error(out: Path, host: str, jump: dict[str, Any]) -> int:
+    """How far a jump seen between two snapshots can be off the real step: the time each snapshot's
+    reading took (a preemption between its monotonic and wall reads) plus the real clock's slewing."""
+    from rl_trace_observer.common.clock_offsets import DEFAULT_SLEW_PPM
+
+    (rec,) = [r for r in _records(out).values() if r["hostname"] == host]
+    lo, hi = jump["wall_range_ns"]
+    (a,) = [s for s in rec["clock_snapshots"] if s["wall_ns"] == lo]
+    (b,) = [s for s in rec["clock_snapshots"] if s["wall_ns"] == hi]
+    slew = -(-DEFAULT_SLEW_PPM * abs(b["mono_ns"] - a["mono_ns"]) // 1_000_000)
+    return int(a["read_ns"]) + int(b["read_ns"]) + int(slew)

@@ -31,10 +31,10 @@ from rl_trace_observer.merge.pipeline.orchestrate import base_hint
 from rl_trace_observer.merge.plan.build import apply_records_to_artifacts, order_processes, plan_sources
 from rl_trace_observer.merge.plan.selection import Selection, select
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, need
 from .corpus.cluster_run import build_cluster_run
 
-pytest.importorskip("pyarrow")
+need("pyarrow")
 
 
 def _plan(dirs: dict[str, Path], shards: str) -> tuple[list[tuple[Any, str]], dict[str, Placement]]:

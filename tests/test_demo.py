@@ -15,7 +15,7 @@ import pytest
 
 from rl_trace_observer.demo.model import EOS, PROMPT_LEN, VOCAB, PolicyEngine, prompts_for, reward_of
 
-from .conftest import DEMO_STEPS
+from .conftest import DEMO_STEPS, need, requires
 
 STAGE_SQL = (
     "select name, count(*) as n from slice where name in "
@@ -127,7 +127,8 @@ def test_demo_measures_clock_offsets_and_merges_without_problems(demo: dict[str,
 @pytest.mark.perfetto
 @pytest.mark.parametrize("name", ["trace.pftrace", "trace.json.gz"])
 def test_demo_traces_load_in_perfetto(demo: dict[str, Any], name: str) -> None:
-    engine = pytest.importorskip("rl_trace_observer.testing.perfetto.engine")
+    from rl_trace_observer.testing.perfetto import engine
+
     reason = engine.unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -164,6 +165,7 @@ def test_demo_report_has_the_rollout_section(demo: dict[str, Any]) -> None:
     assert [s["version"] for s in ro["weight_sync"]["syncs"]] == [0, 1, 2]  # sync mode: on-policy
 
 
+@requires("ray", "torch", "rl_insight")  # the demo checks what it runs on first
 def test_out_dir_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("taken")
     res = subprocess.run(
@@ -202,7 +204,7 @@ def test_engine_is_deterministic_and_stops_at_eos() -> None:
 
 def test_rollout_engine_matches_the_torch_policy() -> None:
     """The weight-sync format is right: pure-Python inference gives torch's log-probs."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from rl_trace_observer.demo.trainer import TinyPolicy
 
     policy = TinyPolicy()

@@ -22,10 +22,13 @@ from hypothesis import strategies as st
 
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
-from rl_trace_observer.merge.shards.dataset import Shards
 from rl_trace_observer.merge.timeline.model import FLOAT_US_EXACT_NS
 
-pytest.importorskip("pyarrow")
+from .conftest import need
+
+need("pyarrow")  # every test here writes or reads span shards
+
+from rl_trace_observer.merge.shards.dataset import Shards  # noqa: E402
 
 DAY = 86_400 * 10**9
 T0 = 1_700_000_000 * 10**9 + 123_456_789  # odd ns: a double of µs far from the base drops them

@@ -32,9 +32,11 @@ from rl_trace_observer.merge.timeline.model import Event
 from rl_trace_observer.merge.writers import native
 from rl_trace_observer.merge.writers.pftrace_fused import FusedWriter
 
+from .conftest import in_ci, real_trace_sets, real_traces_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "real-traces"
-SETS = sorted(p.name for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
+REAL = real_traces_dir()
+SETS = real_trace_sets()
 FORMATS = ["json", "json.gz", "pftrace", "pftrace.gz"]
 
 
@@ -59,7 +61,7 @@ def _built() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _built() and not os.environ.get("CI"),
+    not _built() and not in_ci(),
     reason="compiled twins not built here (scripts/bootstrap.sh builds them; CI requires them)",
 )
 

@@ -28,10 +28,10 @@ import pytest
 
 from rl_trace_observer.merge.pipeline import merge
 
-from .conftest import ROOT
+from .conftest import REAL_TRACES_REL, real_trace_sets, real_traces_dir
 
-REAL = ROOT.parent / "shared" / "real-traces"
-SETS = sorted(p.name for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
+REAL = real_traces_dir()
+SETS = real_trace_sets()
 FORMATS = ("json.gz", "pftrace", "pftrace.gz")
 _SLICES = (
     "select p.name as process, t.name as thread, s.name, s.ts, s.dur, s.depth, s.category "
@@ -45,7 +45,9 @@ _FLOWS = (
 
 pytestmark = [
     pytest.mark.perfetto,
-    pytest.mark.skipif(not SETS, reason=f"no real traces at {REAL} (the steering repo's shared/ folder)"),
+    pytest.mark.skipif(
+        not SETS, reason=f"no real traces at {REAL} ({REAL_TRACES_REL} beside the repository)"
+    ),
 ]
 
 
@@ -54,14 +56,24 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("real-traces")
 
 
+_KERNELS = "select name, ts, dur from slice where category = 'kernel'"
+
+
 @cache
-def _original_counts(engine: Any, name: str) -> tuple[int, int]:
-    """Slices and flows Perfetto imports from the set's files opened one by one."""
+def _originals(engine: Any, name: str) -> tuple[int, int, Counter[tuple[str, int, int]]]:
+    """Slices and flows Perfetto imports from the set's files opened one by one, and the GPU kernels it
+    keeps there: (name, absolute start ns, duration ns) — Perfetto reads a Kineto file's ``ts`` as is,
+    so its anchor (``baseTimeNanoseconds``) is added here."""
     slices = flows = 0
+    kernels: Counter[tuple[str, int, int]] = Counter()
     for f in sorted((REAL / name).iterdir()):
-        res = engine.load(str(f))
+        res = engine.load(str(f), queries=[_KERNELS])
         slices, flows = slices + res.slices, flows + res.flows
-    return slices, flows
+        doc = _load(f)
+        if isinstance(doc, dict) and "schemaVersion" in doc:
+            anchor = int(doc.get("baseTimeNanoseconds") or 0)
+            kernels.update((k, anchor + ts, dur) for k, ts, dur in res.queries[0].rows)
+    return slices, flows, kernels
 
 
 @cache
@@ -105,7 +117,8 @@ def test_real_set_merges_like_the_originals(engine: Any, outputs: Path, name: st
     assert out.exists() and manifest["status"] == "partial"
     res = engine.load(str(out), queries=[_SLICES, _FLOWS])
     assert res.ok, res.summary()  # no import error at all
-    assert (res.slices, res.flows) == _original_counts(engine, name)
+    slices, flows, kept_kernels = _originals(engine, name)
+    assert (res.slices, res.flows) == (slices, flows)
     assert (manifest["counts"]["slices"], manifest["counts"]["flows"]) == (res.slices, res.flows)
     processes = {row[0] for row in res.queries[0].rows if row[0]}
     assert not any(p.endswith((" · Traces", " · Kineto")) for p in processes), processes
@@ -121,7 +134,11 @@ def test_real_set_merges_like_the_originals(engine: Any, outputs: Path, name: st
             assert m, f"kernel {slice_name!r} on {process!r}, not on a device of its rank's process"
             found[(int(m.group(1)), int(m.group(2)), slice_name, base + ts, dur)] += 1
         assert found and not found - expected  # every kernel written is exact, on its own device
-        assert sum(found.values()) == sum(1 for row in res.queries[0].rows if row[6] == "kernel")
+        # and none is lost or added: the very kernels Perfetto keeps when it opens the originals
+        placed: Counter[tuple[str, int, int]] = Counter()
+        for (_pid, _device, *kernel), n in found.items():
+            placed[(kernel[0], kernel[1], kernel[2])] += n
+        assert placed == kept_kernels
 
 
 @pytest.mark.parametrize("name", SETS)

@@ -10,6 +10,7 @@ non-integer number of µs, so any float arithmetic in the report would show.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import subprocess
@@ -26,7 +27,13 @@ from rl_trace_observer.analysis.report.compute import SCHEMA, build_summary
 from rl_trace_observer.analysis.report.inputs import artifacts_section, clock_section
 from rl_trace_observer.analysis.report.load import TraceError, load_trace, split_labels
 from rl_trace_observer.analysis.report.output import summarize, write_outputs
-from rl_trace_observer.analysis.report.stages import CATEGORIES, STAGE_TABLE, classify
+from rl_trace_observer.analysis.report.stages import (
+    CATEGORIES,
+    STAGE_TABLE,
+    classify,
+    is_sync_root,
+    is_weight_load,
+)
 
 MS = 1_000_000  # ns
 T0_US = 5_000_000.001  # an offset that makes float sums inexact
@@ -526,16 +533,45 @@ def test_classify(name: str, category: str) -> None:
     assert classify(name) == category
 
 
+VERL_WORDS = ("vllm_generate", "actor_update", "compute_log_prob", "update_weights", "load_weights")
+
+
+def _code_strings(path: Path) -> list[str]:
+    """Every string literal of a module's code (f-string parts included), docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
 def test_stage_table_is_the_only_vocabulary() -> None:
-    """The report modules name no VERL stage: everything goes through the table."""
-    src = Path(__file__).resolve().parents[1] / "src" / "rl_trace_observer" / "analysis"
-    for path in src.glob("report*.py"):
-        if path.name == "report_stages.py":
-            continue
-        text = path.read_text()
-        for word in ("vllm_generate", "actor_update", "compute_log_prob", "update_weights"):
-            assert word not in text, f"{path.name} hard-codes {word}"
+    """The report modules name no VERL stage in their code: everything goes through the table."""
+    package = Path(__file__).resolve().parents[1] / "src" / "rl_trace_observer" / "analysis" / "report"
+    modules = sorted(p for p in package.glob("*.py") if p.name != "stages.py")
+    assert len(modules) >= 10, modules  # the package is there: the loop below cannot pass on nothing
+    for path in modules:
+        for text in _code_strings(path):
+            for word in VERL_WORDS:
+                assert word not in text, f"{path.name} hard-codes {word}: {text!r}"
     assert {r.category for r in STAGE_TABLE} <= {*CATEGORIES, "step"}
+
+
+@pytest.mark.parametrize(
+    ("name", "root", "load"), [("update_weights", True, False), ("load_weights", False, True)]
+)
+def test_weight_sync_roles_are_weight_sync_rows(name: str, root: bool, load: bool) -> None:
+    assert (is_sync_root(name), is_weight_load(name), classify(name)) == (root, load, "weight_sync")
+    assert not is_sync_root("pause") and not is_weight_load("update_weights")
 
 
 def test_no_markers_means_one_window(tmp_path: Path) -> None:

@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from rl_trace_observer.analysis.report.output import summarize, write_outputs
+from rl_trace_observer.testing.perfetto import browser as browser_mod
 
 from .test_report import XSS, fixture_manifest, write_fixture
-
-browser_mod = pytest.importorskip("rl_trace_observer.testing.perfetto.browser")
 
 
 class Page:

@@ -26,6 +26,7 @@ from rl_trace_observer.merge.timeline.model import Event
 from rl_trace_observer.merge.transform.passes import RUN_FLOW_BIT, PassContext, namespace_ids, run_flow_id
 
 from .conftest import merge_cli
+from .trace_files import event_logs, spans
 
 
 def test_run_flow_ids_are_stable_and_apart_from_every_artifact_space() -> None:
@@ -127,7 +128,8 @@ def test_in_flight_counter_steps_with_the_server_spans() -> None:
 def test_in_flight_counter_equals_a_brute_force_count(spans: list[tuple[int, int]]) -> None:
     counters = in_flight_counters([_server_span(1, ts, dur, 0) for ts, dur in spans])
     values = [(c.ts, msgspec.json.decode(c.args)["value"]) for c in counters]  # type: ignore[arg-type]
-    assert [ts for ts, _ in values] == sorted({ts for ts, _ in values})  # one sample per time, in order
+    # one sample at every time a request starts or ends (where the count may change), in order
+    assert [ts for ts, _ in values] == sorted({t for s, d in spans for t in (s, s + d)})
     for ts, value in values:  # a request counts from its start until (not including) its end
         assert value == sum(1 for s, d in spans if s <= ts < s + d)
     if values:
@@ -178,6 +180,25 @@ COUNTER_SQL = """
 select t.name, max(c.value) as peak, count(*) as n from counter c join counter_track t on c.track_id = t.id
 where t.name like 'rollout/requests_in_flight%' group by t.name order by t.name
 """
+SAMPLES_SQL = """
+select t.name, c.ts, cast(c.value as int) as value from counter c join counter_track t on c.track_id = t.id
+where t.name like 'rollout/requests_in_flight%' order by t.name, c.ts
+"""
+
+
+def _expected_samples(run_dir: Path) -> dict[int, list[tuple[int, int]]]:
+    """Per replica, (ns after its first sample, requests in flight) at every server span start and end,
+    counted by brute force from the servers' own event logs."""
+    served: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for evs in event_logs(run_dir).values():
+        for e in spans(evs):
+            if e["name"] == rq.SERVER_SPAN:
+                served[e["args"]["replica"]].append((e["ts_ns"], e["ts_ns"] + e["dur_ns"]))
+    out = {}
+    for replica, reqs in served.items():
+        times = sorted({t for r in reqs for t in r})
+        out[replica] = [(t - times[0], sum(1 for lo, hi in reqs if lo <= t < hi)) for t in times]
+    return out
 
 
 @pytest.mark.perfetto
@@ -189,7 +210,7 @@ def test_each_request_is_one_flow_from_client_to_its_server(
     out = tmp_path / f"merged{suffix}"
     proc = merge_cli(str(run_dir), "-o", str(out), "--strict")
     assert proc.returncode == 0, proc.stderr
-    res = engine.load(out, queries=[FLOW_SQL, COUNTER_SQL])
+    res = engine.load(out, queries=[FLOW_SQL, COUNTER_SQL, SAMPLES_SQL])
     assert res.ok and res.error_stats == (), res.summary()
     flows = res.queries[0].check().dicts()
     assert sorted(f["client_rid"] for f in flows) == sorted(rids)
@@ -203,6 +224,11 @@ def test_each_request_is_one_flow_from_client_to_its_server(
         f"{COUNTER_NAME}{{replica=1}} value",
     ]
     assert all(row[1] >= 1 for row in counters)
+    samples: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for name, ts, value in res.queries[2].check().rows:  # every sample, at its exact time
+        samples[int(name.split("replica=")[1][0])].append((ts, value))
+    got = {r: [(ts - rows[0][0], v) for ts, v in rows] for r, rows in samples.items()}
+    assert got == _expected_samples(run_dir)
     import json
 
     manifest = json.loads(Path(f"{out}.manifest.json").read_text())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import clean_env, run_python
+from .conftest import clean_env, requires, run_python
 from .trace_files import event_logs, process_records, spans
+
+pytestmark = requires("rl_insight")
 
 LOCAL_URL = "local://rl-trace-observer"
 
@@ -171,10 +173,18 @@ def test_installing_changes_nothing_while_capture_is_off(tmp_path: Path) -> None
         install()
         client = create_monitor_client(load_monitor_config({"server": {"url": "http://x:1"}}))
         print(type(client).__name__)  # Ray is not initialised: RL-Insight's own factory says None
+        import time
+        rl_insight.init(config={"server": {"backend": "rl_trace_observer", "url": "local://rl-trace-observer"}})
+        t = time.time_ns()
+        rl_insight.trace_span(name="actor_update", start_time_ns=t, end_time_ns=t + 1, attributes={})
     """
-    proc = run_python(code, clean_env())
+    # capture is off (RL_TRACE_OUTPUT_DIR relative); the child runs in tmp_path with its temp dir there
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = clean_env(RL_TRACE_OUTPUT_DIR="trace-out", TMPDIR=str(tmp))
+    proc = run_python(code, env, cwd=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"] and not list(tmp.iterdir())  # nothing written
     assert proc.stdout.strip() == "NoneType"
-    assert not list(tmp_path.iterdir())
 
 
 def test_incompatible_rl_insight_is_one_clear_error() -> None:

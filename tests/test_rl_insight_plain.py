@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from rl_trace_observer.integrations.rl_insight import LOCAL_URL
 
-from .conftest import ROOT, clean_env, run_python
+from .conftest import ROOT, clean_env, need, run_python
 from .trace_files import event_logs, spans
 
-pytest.importorskip("rl_insight")
+need("rl_insight")
 
 PROGRAM = """
 import rl_insight

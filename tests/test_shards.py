@@ -36,10 +36,10 @@ from rl_trace_observer.merge.timeline.identity import ProcessDecl, ThreadDecl
 from rl_trace_observer.merge.timeline.model import Event, ProcessKey
 from rl_trace_observer.merge.views import view
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, need
 from .corpus.cluster_run import ACTOR_PID, OFFSET_NS, build_cluster_run
 
-pa = pytest.importorskip("pyarrow")
+pa = need("pyarrow")
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,8 @@ from rl_trace_observer.config import Config
 from rl_trace_observer.merge.timeline.steps import NAMED_MARKERS, STEP_MARKERS, marker, windows_from_markers
 
 from .cli_run import rl_trace
+from .conftest import need_all
 from .corpus.recorded import SetClock, record_process
-
-pytest.importorskip("pyarrow")
-pytest.importorskip("duckdb")
 
 S, MS = 10**9, 10**6
 T0 = 1_750_000_000 * S
@@ -61,6 +59,7 @@ def _write_run(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    need_all("pyarrow", "duckdb")  # span shards, and rl-trace sql over them
     base = tmp_path_factory.mktemp("steps")
     folder = _write_run(base / "run")
     proc = rl_trace("merge", str(folder), "-o", str(base / "run.pftrace"), "--shards", str(base / "shards"))

@@ -18,6 +18,8 @@ from rl_trace_observer.integrations.tokenspeed.profile_files import (
 )
 from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_profile
 
+from .conftest import requires
+
 SUFFIXES = {
     ".viztracer.json": "viztracer",
     ".proton.chrome_trace": "proton",
@@ -119,6 +121,7 @@ def test_settings_and_command_line() -> None:
     assert config_mod.load({"RL_TRACE_TOKENSPEED_PROFILE_ACTIVITIES": ""}).tokenspeed_profile_activities == ()
 
 
+@requires("torch")
 @settings(max_examples=100, deadline=None)
 @given(sizes=st.lists(st.integers(1, 64), max_size=30), limit=st.integers(1, 100))
 def test_weight_buckets_keep_order_and_respect_the_limit(sizes: list[int], limit: int) -> None:

@@ -27,7 +27,7 @@ from rl_trace_observer.integrations.tokenspeed.http import ControlClient
 from rl_trace_observer.integrations.tokenspeed.launcher import ServerProcess, ServeSpec, free_port, server_env
 from rl_trace_observer.integrations.tokenspeed.profiling import ProfileControl
 
-from .conftest import ROOT, run_python
+from .conftest import ROOT, requires, run_python
 from .verl_e2e.assets import build_model, build_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -178,6 +178,7 @@ def test_importing_the_integration_is_light() -> None:
     assert json.loads(run_python(code, dict(os.environ)).stdout) == []
 
 
+@requires("verl")
 def test_verl_finds_the_tokenspeed_rollout_through_its_registries() -> None:
     """What ``main_ppo`` does with ``rollout.name=tokenspeed`` once our plugin registered it."""
     from verl.workers.rollout.base import get_rollout_class

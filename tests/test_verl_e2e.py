@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT, clean_env
+from .conftest import ROOT, clean_env, requires
 from .trace_files import event_logs, process_records, spans
 from .verl_e2e.assets import build_all
 from .verl_e2e.run_ppo import ppo_env, run_ppo
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), requires("verl", "ray", "torch", "rl_insight")]
 
 STEPS, PROFILED = 3, 2
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -88,6 +88,7 @@ def run(
         discrete=opts["discrete"],
     )
     TIMINGS[variant] = round(time.monotonic() - t0, 1)
+    print(f"\nverl e2e {variant}: main_ppo {TIMINGS[variant]:.1f} s")  # for the CI budget (pytest -s)
     output = proc.stdout + proc.stderr
     (out / "main_ppo.log").write_text(output)
     assert proc.returncode == 0, f"main_ppo failed ({proc.returncode}); last output:\n{output[-6000:]}"
@@ -222,6 +223,9 @@ def test_merged_timeline_lines_up_in_perfetto(run: Run, merged: Path) -> None:
     res = shared_engine().load(merged, queries=[SLICES_SQL, VIZ_SQL])
     assert res.ok, res.summary()
     assert res.error_stats == (), res.error_stats
+    manifest = json.loads(merged.with_name(merged.name + ".manifest.json").read_text())
+    stage = [r for r in manifest["timeline"]["clock"]["artifacts"] if r["pairing"] == "stage_name"]
+    assert stage and all(r["applied"] and r["acausal_pairs"] == 0 for r in stage), stage
     rows = res.queries[0].check().dicts()
     (step_win,) = [r for r in rows if r["name"] == "global_step" and r["step"] == PROFILED]
     assert "trainer" in step_win["pname"]
@@ -235,16 +239,12 @@ def test_merged_timeline_lines_up_in_perfetto(run: Run, merged: Path) -> None:
         a, b = insight[0], torch_[0]
         assert a["pid"] == b["pid"], "RL-Insight and Torch must be one process in the merged trace"
         a_end, b_end = a["ts"] + a["dur"], b["ts"] + b["dur"]
-        if run.discrete:
-            # VERL builds, starts, stops and exports the stage's profiler INSIDE the RL-Insight span,
-            # so the torch slice sits within it (±1 ms), starting after Kineto's start-up
-            assert a["ts"] - 1_000_000 <= b["ts"] < a["ts"] + 100_000_000 and b_end <= a_end + 1_000_000, (
-                a,
-                b,
-            )
-        else:  # one profiler for the whole step: both edges agree within 1 ms
-            assert abs(a["ts"] - b["ts"]) < 1_000_000 and abs(a_end - b_end) < 1_000_000, (a, b)
-        assert win[0] <= min(a["ts"], b["ts"]) and max(a_end, b_end) <= win[1]
+        # The Torch region runs inside its RL-Insight stage (discrete: VERL builds, starts, stops and
+        # exports the stage's profiler inside the span; continuous: one profiler for the step, the
+        # region inside the stage's call): the merge aligned it there, to the ns, however loaded the
+        # machine was (how close the edges are is the machine's business, not the merge's)
+        assert a["ts"] <= b["ts"] and b_end <= a_end, (a, b)
+        assert win[0] <= a["ts"] and a_end <= win[1]
         if run.viztracer:  # call stacks of this rank's update, in its process, inside its window
             viz = [v for v in res.queries[1].check().dicts() if v["pid"] == a["pid"]]
             inside = [v for v in viz if b["ts"] <= v["ts"] and v["ts"] + v["dur"] <= b["ts"] + b["dur"]]
@@ -376,7 +376,8 @@ def test_report_rollout_section_finds_the_slow_requests(run: Run, merged: Path) 
     assert [s["step"] for s in ro["staleness"]] == list(range(1, STEPS + 1))
     for row in ro["staleness"]:
         assert sum(row["lag_steps"].values()) == row["samples"] > 0
-        assert row["max_lag_steps"] >= 0 and (run.mode != "sync" or row["max_lag_steps"] == 0)
+        assert row["max_lag_steps"] == max(int(lag) for lag in row["lag_steps"])
+        assert run.mode != "sync" or row["max_lag_steps"] == 0
     syncs = ro["weight_sync"]["syncs"]
     assert [s["version"] for s in syncs] == list(range(STEPS + 1))
     assert all(

@@ -25,9 +25,9 @@ from rl_trace_observer.capture import configure, get_recorder, reset
 from rl_trace_observer.integrations.verl import contract, steps, torch_traces, viztracer_window
 from rl_trace_observer.integrations.verl.viztracer_window import State, VizTracerWindow
 
-from .conftest import clean_env, run_python
+from .conftest import clean_env, need, run_python
 
-profile = pytest.importorskip("verl.utils.profiler.profile")
+profile = need("verl.utils.profiler.profile")
 DistProfiler = profile.DistProfiler
 from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig  # noqa: E402
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from .capture_helpers import wait_until
-from .conftest import clean_env, run_python
+from .conftest import clean_env, requires, run_python
 from .trace_files import event_logs, process_records, spans
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires("verl")]
 
 RAY_DRIVER = """
     import os, time, ray

@@ -1,11 +1,12 @@
-"""The rollout hooks on VERL's real classes, in process: client, server, weight sync, staleness.
+"""The rollout hooks on VERL's real classes: client, server, weight sync, staleness.
 
 Real ``LLMServerClient.generate`` (VERL's code: load-balancer round trip, fresh request id, the
-call to the server handle) talks to the e2e harness's ``MockLLMServer`` (vLLM's engine wire
-format) through a stand-in for Ray's actor handles (``.remote`` returns an awaitable): the only
-fake is Ray's transport. Real ``CheckpointEngineManager`` methods (``auto_await``), a real
-``BaseRollout`` subclass, the real replay-buffer classes. Every patch is undone afterwards and
-checked by identity.
+call to the server handle), in this process, goes through VERL's own ``GlobalRequestLoadBalancer``
+— a real Ray actor made by VERL's ``get_router_handle`` on a local Ray cluster — to the e2e
+harness's ``MockLLMServer`` running as a real Ray actor with capture on (the one fake: it stands in
+for vLLM's engine and speaks its wire format). Real ``CheckpointEngineManager`` methods
+(``auto_await``), a real ``BaseRollout`` subclass, the real replay-buffer classes, in process. Every
+patch is undone afterwards and checked by identity.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from rl_trace_observer.capture import configure, reset
 from rl_trace_observer.capture import requests as rq
 from rl_trace_observer.integrations.verl import contract, requests, rollout_servers, staleness, weight_sync
 
-from .trace_files import read_jsonl
+from .conftest import ROOT, need
+from .trace_files import event_logs, read_jsonl
 
-llm_server = pytest.importorskip("verl.workers.rollout.llm_server")
-np = pytest.importorskip("numpy")
-torch = pytest.importorskip("torch")
+llm_server = need("verl.workers.rollout.llm_server")
+np = need("numpy")
+torch = need("torch")
 from verl.checkpoint_engine.base import CheckpointEngineManager  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
@@ -71,42 +73,65 @@ def events(rec: Any) -> list[dict[str, Any]]:
     return read_jsonl(rec.events.path)
 
 
-class _Remote:
-    """Ray's ``handle.method.remote(...)``: here an awaitable calling the method in process."""
+@pytest.fixture(scope="module")
+def ray_node() -> Iterator[Any]:
+    """A local one-node Ray cluster for the client's round trips (VERL's balancer, the server)."""
+    ray = need("ray")
+    from .ray_cluster import local_ray_cluster
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        result = self.fn(*args, **kwargs)
-        if asyncio.iscoroutine(result):
-            return result
-
-        async def done() -> Any:
-            return result
-
-        return done()
+    with local_ray_cluster(["rollout_node"], "rlh"):
+        yield ray
 
 
-class FakeBalancer:
-    def __init__(self, server: Any) -> None:
-        self.handle = SimpleNamespace(generate=_Remote(server.generate))
-        self.require_acquire_fields = _Remote(lambda: ["request_id"])
-        self.require_release_fields = _Remote(lambda: ["request_id"])
-        self.acquire_server = _Remote(lambda request_id: ("127.0.0.1:20000", self.handle))
-        self.release_server = SimpleNamespace(remote=lambda **kw: None)
+@pytest.fixture(scope="module")
+def remote_server(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Path]]:
+    """MockLLMServer as a Ray actor capturing into its own directory (its module traces the class, as
+    a rollout VERL does not ship must), and VERL's balancer in front of it: (server, balancer, dir)."""
+    from verl.workers.rollout.router import get_router_handle
+
+    out = tmp_path_factory.mktemp("server")
+    env = {"RL_TRACE_OUTPUT_DIR": str(out), "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    server = (
+        ray_node.remote(MockLLMServer)
+        .options(num_cpus=0, runtime_env={"env_vars": env})
+        .remote(SimpleNamespace(profiler=None), replica_rank=0, world_size=1)
+    )
+    balancer = get_router_handle(servers={SERVER_ADDRESS: server})
+    yield server, balancer, out
+    for actor in (server, balancer):
+        ray_node.kill(actor)
 
 
-def _client(server: Any) -> Any:
+SERVER_ADDRESS = "127.0.0.1:20000"
+
+
+def _server_events(ray: Any, server: Any, out: Path) -> list[dict[str, Any]]:
+    """What the server actor wrote, once its log is flushed (a call in its own process)."""
+
+    def flush(self: Any) -> bool:
+        from rl_trace_observer.capture import get_recorder
+
+        rec = get_recorder()
+        if rec is not None:
+            rec.events.flush()
+        return rec is not None
+
+    assert ray.get(server.__ray_call__.remote(flush)), "capture is off in the server actor"
+    return [e for evs in event_logs(out).values() for e in evs]
+
+
+def _client(balancer: Any) -> Any:
     rollout = SimpleNamespace(name="mock", full_determinism=False)
     config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout))
-    return llm_server.LLMServerClient(config, load_balancer_handle=FakeBalancer(server))
+    return llm_server.LLMServerClient(config, load_balancer_handle=balancer)
 
 
-def test_client_and_server_spans_from_verls_real_client(hooks: Any) -> None:
-    server = MockLLMServer(SimpleNamespace(profiler=None), replica_rank=0, world_size=1)
-    server.global_steps = 4
-    client = _client(server)
+def test_client_and_server_spans_from_verls_real_client(
+    hooks: Any, remote_server: Any, ray_node: Any
+) -> None:
+    server, balancer, out = remote_server
+    ray_node.get(server.set_global_steps.remote(4))
+    client = _client(balancer)
     trajectory = {"step": 5, "sample_index": np.int64(3), "rollout_n": 1, "validate": False}
 
     async def agent_loop(self: Any, sampling_params: Any, trajectory: Any, **kwargs: Any) -> list[Any]:
@@ -120,14 +145,15 @@ def test_client_and_server_spans_from_verls_real_client(hooks: Any) -> None:
     run = requests._wrap_run_agent_loop(agent_loop)  # the exact wrapper installed on AgentLoopWorker
     outs = asyncio.run(run(None, {}, trajectory, agent_name="single_turn_agent", uid="u-7", session_id=1))
     assert all(o.extra_fields["global_steps"] == 4 for o in outs)
-    evs = events(hooks)
-    clients = [e for e in evs if e.get("name") == rq.CLIENT_SPAN]
-    servers = {e["args"]["request_id"]: e for e in evs if e.get("name") == rq.SERVER_SPAN}
+    clients = [e for e in events(hooks) if e.get("name") == rq.CLIENT_SPAN]
+    theirs = _server_events(ray_node, server, out)
+    servers = {e["args"]["request_id"]: e for e in theirs if e.get("name") == rq.SERVER_SPAN}
+    assert not [e for e in events(hooks) if e.get("name") == rq.SERVER_SPAN]  # served in the actor
     assert [c["args"]["turn"] for c in clients] == [1, 2]
     for c in clients:
         a = c["args"]
         assert a["request_id"] in servers and a["request_id"] != "session-1"  # the fresh id VERL sent
-        assert a["session"] == "session-1" and a["server"] == "127.0.0.1:20000"
+        assert a["session"] == "session-1" and a["server"] == SERVER_ADDRESS  # the balancer's answer
         assert (a["step"], a["sample_index"], a["rollout_n"], a["uid"], a["session_id"]) == (
             5,
             3,
@@ -139,25 +165,44 @@ def test_client_and_server_spans_from_verls_real_client(hooks: Any) -> None:
         s = servers[a["request_id"]]
         assert s["bind_id"] == c["bind_id"] and s["args"]["replica"] == 0 and s["args"]["version"] == 4
         assert s["args"]["response_tokens"] == a["response_tokens"] and s["args"]["prompt_tokens"] == 3
-        assert c["ts_ns"] <= s["ts_ns"] and s["ts_ns"] + s["dur_ns"] <= c["ts_ns"] + c["dur_ns"]
+        assert c["ts_ns"] <= s["ts_ns"] and s["ts_ns"] + s["dur_ns"] <= c["ts_ns"] + c["dur_ns"]  # one host
+        assert s["pid"] != c["pid"]
     for s in servers.values():  # from the engine's metrics (vLLM's RequestStateStats shape)
         assert len(s["args"]["engine_ns"]) == 4 and all(isinstance(t, int) for t in s["args"]["engine_ns"])
     assert hooks.record()["role"] == "agent_loop"
 
 
-def test_a_failing_server_call_still_ends_both_spans(hooks: Any) -> None:
-    server = MockLLMServer(SimpleNamespace(profiler=None), replica_rank=1, world_size=1)
+def test_a_failing_server_call_still_ends_both_spans(
+    hooks: Any, remote_server: tuple[Any, Any, Path], ray_node: Any
+) -> None:
+    server, balancer, out = remote_server
 
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        raise ConnectionError("replica died")
-        yield  # pragma: no cover
+    def break_engine(self: Any, broken: bool) -> None:  # in the actor: its engine dies mid-request
+        async def dead(*args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("replica died")
+            yield  # pragma: no cover
 
-    server.engine.generate = broken
-    with pytest.raises(ConnectionError):
-        asyncio.run(_client(server).generate("s", prompt_ids=[1], sampling_params={}))
-    evs = events(hooks)
-    statuses = {e["name"]: e["args"]["status"] for e in evs if e.get("cat") == rq.REQUEST_CAT}
-    assert statuses == {rq.CLIENT_SPAN: "error: ConnectionError", rq.SERVER_SPAN: "error: ConnectionError"}
+        if broken:
+            self.engine.working_generate, self.engine.generate = self.engine.generate, dead
+        else:
+            self.engine.generate = self.engine.working_generate
+
+    ray_node.get(server.__ray_call__.remote(break_engine, True))
+    try:
+        with pytest.raises(ConnectionError):  # Ray re-raises the server's error as a RayTaskError subclass
+            asyncio.run(_client(balancer).generate("s", prompt_ids=[1], sampling_params={}))
+    finally:
+        ray_node.get(server.__ray_call__.remote(break_engine, False))
+    (client,) = [e for e in events(hooks) if e.get("name") == rq.CLIENT_SPAN]
+    rid = client["args"]["request_id"]
+    (served,) = [
+        e for e in _server_events(ray_node, server, out) if e.get("args", {}).get("request_id") == rid
+    ]
+    assert (client["args"]["status"], served["name"], served["args"]["status"]) == (
+        "error: RayTaskError(ConnectionError)",  # what the agent loop really caught
+        rq.SERVER_SPAN,
+        "error: ConnectionError",
+    )
 
 
 def test_server_control_methods_are_weight_sync_phases(hooks: Any) -> None:

@@ -107,6 +107,9 @@ def test_cli_prints_link_serves_and_stops_on_ctrl_c(trace: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal sends it, even when the suite itself runs where SIGINT is ignored (a
+        # background job of a non-interactive shell): Python would then inherit the ignoring
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None

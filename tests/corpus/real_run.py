@@ -72,6 +72,9 @@ def build_real_run(
 ) -> list[int]:
     """Run ``ranks`` child processes writing into ``host_dir``; returns their pids (and fills
     ``windows``: pid -> ns between entering the RL-Insight span and being inside the Torch region)."""
+    from ..conftest import need_all
+
+    need_all("torch", "rl_insight")  # the children's real tools: a skip naming the extra when missing
     host_dir.mkdir(parents=True, exist_ok=True)
     env = {
         k: v

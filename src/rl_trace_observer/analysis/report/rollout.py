@@ -49,6 +49,7 @@ from ...capture.requests import (
 )
 from ...capture.staleness import CONSUME_SPAN
 from ..answers import intervals as iv
+from .stages import is_sync_root, is_weight_load
 
 TAIL_QUANTILE = 0.9
 SLOWEST_SHOWN = 10
@@ -303,7 +304,7 @@ def _weight_sync(spans: list[SpanLike]) -> dict[str, Any] | None:
     trainer = [s for s in spans if s.args.get("replica") is None]
     replica = [s for s in spans if s.args.get("replica") is not None]
     syncs = []
-    for top in sorted((s for s in trainer if s.name == "update_weights"), key=lambda s: s.start_ns):
+    for top in sorted((s for s in trainer if is_sync_root(s.name)), key=lambda s: s.start_ns):
         lo, hi = top.start_ns, top.start_ns + top.dur_ns
         phases: dict[str, int] = defaultdict(int)
         for s in trainer:
@@ -323,7 +324,7 @@ def _weight_sync(spans: list[SpanLike]) -> dict[str, Any] | None:
                     "replica": rep,
                     "dur_ns": iv.covered([(s.start_ns, s.start_ns + s.dur_ns) for s in group], lo, hi),
                     "phases_ns": dict(rphases),
-                    "bytes": sum(_int(s.args.get("bytes")) or 0 for s in group if s.name == "load_weights")
+                    "bytes": sum(_int(s.args.get("bytes")) or 0 for s in group if is_weight_load(s.name))
                     or None,
                     "processes": len({s.pid for s in group}),
                 }

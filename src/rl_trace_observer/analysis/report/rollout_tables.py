@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .stages import SYNC_ROOT_NAME
 from .style import LABELS, fmt_ns, step_label
 
 MAX_STEPS = 50
@@ -56,7 +57,7 @@ IMBALANCE_NOTE = (
     "(1 = even; busy = the union of a replica's server spans)"
 )
 WEIGHT_SYNC_NOTE = (
-    "total: the trainer's update_weights call, start to end, in the process that ran it (it waits for "
+    f"total: the trainer's {SYNC_ROOT_NAME} call, start to end, in the process that ran it (it waits for "
     "every replica); a replica's time: the union of its own weight-sync phases inside that call; "
     "step: the step window the call started in (the step tables count each lane's own weight-sync "
     "stage spans instead)"

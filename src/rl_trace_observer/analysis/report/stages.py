@@ -29,11 +29,14 @@ __all__ = [
     "ROLLOUT_CATEGORIES",
     "STAGE_TABLE",
     "STEP",
+    "SYNC_ROOT_NAME",
     "TRAINING_CATEGORIES",
     "WORK_CATEGORIES",
     "StageRule",
     "classify",
     "guessable",
+    "is_sync_root",
+    "is_weight_load",
     "marker_number",
     "marker_priority",
 ]
@@ -78,6 +81,13 @@ TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
 # ``execute_…(…)_generation_32``, a Python function ``file.py(12): update``).
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*$")
 _DEVICE_CATEGORIES = ("kernel", "gpu_", "Kernel", "Memcpy", "Memset", "mtia_ccp", "cuda_")
+# The rollout section's weight-sync rows: which trainer span is one whole sync (one row each; the
+# trainer's other weight-sync spans inside it are its phases), and which replica span loads the weights
+# (its ``bytes`` are summed). Both are weight_sync rows of the table above; the report's notes name
+# the root span by SYNC_ROOT_NAME so that they say what the code picks.
+SYNC_ROOT_NAME = "update_weights"
+SYNC_ROOT = re.compile(rf"^{SYNC_ROOT_NAME}$", re.IGNORECASE)
+WEIGHT_LOAD = re.compile(r"^load_weights$", re.IGNORECASE)
 
 _COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in STAGE_TABLE)
 
@@ -99,3 +109,13 @@ def guessable(name: str, category: str) -> bool:
     if marker_number(name) is not None:  # ProfilerStep#N
         return True
     return bool(_IDENTIFIER.match(name)) and classify(name) != OTHER
+
+
+def is_sync_root(name: str) -> bool:
+    """A trainer span that is one whole weight sync (``update_weights``, not one of its phases)."""
+    return SYNC_ROOT.search(name) is not None
+
+
+def is_weight_load(name: str) -> bool:
+    """A replica span that loads the new weights (it carries the ``bytes`` moved)."""
+    return WEIGHT_LOAD.search(name) is not None

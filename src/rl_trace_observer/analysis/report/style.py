@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .stages import SYNC_ROOT_NAME
+
 LABELS = {
     "generation": "generation",
     "log_prob": "log-prob",
@@ -40,7 +42,7 @@ SLOWEST_NOTE = (
 STEP_TABLE_NOTE = (
     "each cell: the mean per lane of the window-clipped union of that lane's stage spans of the "
     "category; weight sync = the lanes' own weight-sync stage spans (each rank's and replica's part), "
-    "not the trainer's update_weights call (the weight-sync table); idle = the step minus the lane's "
+    f"not the trainer's {SYNC_ROOT_NAME} call (the weight-sync table); idle = the step minus the lane's "
     "busy time"
 )
 

@@ -35,14 +35,20 @@ class MeasureResult:
     stored: list[Any] = field(default_factory=list, repr=False)  # refs of the targets' record calls
 
 
-def _one_round(
-    ray: Any, targets: Sequence[Any], clock: Clock, deadline: int
-) -> dict[int, tuple[Exchange, Any]]:
-    """Ping every target at once; ``t3`` is read after the wait that saw the reply (never before)."""
+def _send(ray: Any, targets: Sequence[tuple[int, Any]], clock: Clock) -> dict[Any, tuple[int, int]]:
+    """Ping each ``(index, target)``; the pending calls, each with its index and ``t0``."""
     pending: dict[Any, tuple[int, int]] = {}
-    for i, target in enumerate(targets):
+    for i, target in targets:
         t0 = clock.wall_ns()
         pending[getattr(target, PING).remote()] = (i, t0)
+    return pending
+
+
+def _gather(
+    ray: Any, pending: dict[Any, tuple[int, int]], clock: Clock, deadline: int
+) -> dict[int, tuple[Exchange, Any]]:
+    """The replies that arrive before ``deadline`` (taken out of ``pending``); ``t3`` is read after
+    the wait that saw the reply (never before), so a late look only widens the interval."""
     got: dict[int, tuple[Exchange, Any]] = {}
     while pending:
         remaining = (deadline - time.perf_counter_ns()) / 1e9
@@ -70,26 +76,35 @@ def _rounds(
     ray: Any, targets: Sequence[Any], clock: Clock, rounds: int, deadline: int, concurrent: bool
 ) -> dict[int, list[tuple[Exchange, Any]]]:
     """Concurrent: each round pings all targets at once (fastest). Sequential: one exchange at a
-    time (tighter round trips: replies do not queue behind each other); a target silent for
-    ``SEQUENTIAL_TIMEOUT_MS`` is dropped for the rest of the measurement."""
+    time (tighter round trips: replies do not queue behind each other). There a target silent for
+    ``SEQUENTIAL_TIMEOUT_MS`` is asked no more, so a dead one costs that once; but its reply still
+    counts when it arrives before the deadline: on a loaded host a round trip takes tens of ms, and
+    a wide bound is worth more than no measurement."""
     samples: dict[int, list[tuple[Exchange, Any]]] = {}
     silent: set[int] = set()
+    late: dict[Any, tuple[int, int]] = {}  # the pings of silent targets, still awaited
     for _ in range(max(rounds, 1)):
         if concurrent:
-            for i, pair in _one_round(ray, targets, clock, deadline).items():
+            got = _gather(ray, _send(ray, list(enumerate(targets)), clock), clock, deadline)
+            for i, pair in got.items():
                 samples.setdefault(i, []).append(pair)
         else:
             for i, target in enumerate(targets):
-                if i in silent or time.perf_counter_ns() >= deadline:
+                now = time.perf_counter_ns()
+                if i in silent or now >= deadline:
                     continue
-                until = min(deadline, time.perf_counter_ns() + int(SEQUENTIAL_TIMEOUT_MS * 1e6))
-                got = _one_round(ray, [target], clock, until)
-                if got:
-                    samples.setdefault(i, []).append(got[0])
+                until = min(deadline, now + int(SEQUENTIAL_TIMEOUT_MS * 1e6))
+                pending = _send(ray, [(i, target)], clock)
+                got = _gather(ray, pending, clock, until)
+                if i in got:
+                    samples.setdefault(i, []).append(got[i])
                 else:
                     silent.add(i)
+                    late.update(pending)
         if time.perf_counter_ns() >= deadline:
             break
+    for i, pair in _gather(ray, late, clock, deadline).items():
+        samples.setdefault(i, []).append(pair)
     return samples
 
 
