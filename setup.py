@@ -15,6 +15,7 @@ from setuptools import Extension, setup
 PKG = "src/rl_trace_observer/merge"
 TWINS = {
     "rl_trace_observer.merge.writers._pftrace_native": f"{PKG}/writers/_pftrace_native.pyx",
+    "rl_trace_observer.analysis.gpu._gpu_native": "src/rl_trace_observer/analysis/gpu/_gpu_native.pyx",
 }
 
 

@@ -139,7 +139,7 @@ def _set_capture(on: bool, out: str) -> None:
     from rl_trace_observer.capture import configure, reset
 
     reset()
-    configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": out} if on else {}))
+    configure(config_mod.load({"RL_TRACE_OUTPUT_DIR": out, "RL_TRACE_METRICS": "0"} if on else {}))
 
 
 def _hooks(mode: str, server_cls: type) -> None:
@@ -168,8 +168,9 @@ def _api_round(n: int) -> float:
 
 
 def _reference_round(n: int) -> float:
-    """One RL-Insight span through our backend's hot path (README: ~2.7 µs on an idle 2-core box):
-    the yardstick that makes this machine's figures comparable with others."""
+    """One RL-Insight span through our backend's hot path (CPU of this process's threads; the drain
+    process's share is not in it, see capture_overhead.py): the yardstick that makes this
+    machine's figures comparable with others."""
     from rl_trace_observer.capture import get_recorder
 
     rec = get_recorder()

@@ -34,6 +34,12 @@ if [ "$mode" = full ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
   fi
 fi
 
+# The compiled twins (.pyx) need a C and a C++ compiler; without them the pure-Python path runs.
+if [ "$mode" = full ] && ! command -v g++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  step "installing g++ (Debian) for the compiled twins"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null || true
+fi
+
 [ -x .venv/bin/python ] || { step "creating .venv with $PYTHON"; "$PYTHON" -m venv .venv; }
 stamp=.venv/.rl-trace-bootstrap
 want=$(cat pyproject.toml setup.py constraints/*.txt | sha256sum | cut -d' ' -f1)
@@ -66,12 +72,13 @@ fi
 # The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
 # above; rebuild when its source changed, since a twin older than its source is ignored (merge/writers/native.py).
 native_stamp=.venv/.rl-trace-native
-native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx | sha256sum | cut -d' ' -f1)
+native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
+  src/rl_trace_observer/analysis/gpu/_gpu_native.pyx | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
-  step "building the merger's compiled .pftrace encoder (Cython)"
+  step "building the compiled twins (Cython: the .pftrace encoder, the report's GPU loops)"
   .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
 fi

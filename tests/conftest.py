@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -52,6 +54,29 @@ def real_trace_sets() -> list[str]:
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 enables token auth by default
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# No metric sampler process per test that turns capture on; the tests of the sampler turn it on.
+os.environ.setdefault("RL_TRACE_METRICS", "0")
+# The metric sampler's node folders (locks, member lists, targets) of this session's runs: in a folder
+# of the session's own, removed at its end, never in the shared <temp dir>/rl-trace-observer-<uid>.
+# A process that imports this module with the variable set (a Ray worker or a spawned child that
+# unpickles a test's function imports tests.conftest too) uses that folder and creates none.
+_OWN_NODE_DIR = not os.environ.get("RL_TRACE_METRICS_NODE_DIR")
+if _OWN_NODE_DIR:
+    os.environ["RL_TRACE_METRICS_NODE_DIR"] = tempfile.mkdtemp(prefix="rl-trace-test-nodes-")
+_NODE_DIR = os.environ["RL_TRACE_METRICS_NODE_DIR"]
+
+
+# Nor does this process ever join one: in-process tests configure recorders from dicts (where
+# RL_TRACE_METRICS defaults to 1), and a joined pytest would keep a sampler alive all session long.
+# Tests of the sampler run their members in subprocesses.
+from rl_trace_observer.capture.sampler import node as _sampler_node  # noqa: E402
+
+_sampler_node.stay_out()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _OWN_NODE_DIR:  # only the folder this process made; a sampler still running sees it go, leaves
+        shutil.rmtree(_NODE_DIR, ignore_errors=True)
 
 
 EXTRAS = {  # what a light install (the README's quick check: '.[test,viztracer]') lacks, and its extra
@@ -97,6 +122,8 @@ def clean_env(**extra: str) -> dict[str, str]:
         if not k.startswith(("RL_TRACE_", "RL_INSIGHT_", "VERL_")) and k != "PYTHONPATH"
     }
     env["RAY_AUTH_MODE"] = "disabled"
+    env["RL_TRACE_METRICS"] = "0"  # no sampler process unless a test asks for one
+    env["RL_TRACE_METRICS_NODE_DIR"] = _NODE_DIR
     env.update(extra)
     return env
 

@@ -195,7 +195,7 @@ def test_sql_rederives_the_report(demo: dict[str, Any]) -> None:
 def test_demo_report_answers(demo: dict[str, Any]) -> None:
     out: Path = demo["out"]
     report = json.loads((out / "report.json").read_text())
-    assert report["schema"] == "rl-trace-report/3"
+    assert report["schema"] == "rl-trace-report/4"
     walls = {st["step"]: st["dur_ns"] for st in report["steps"]}
     for st in report["goodput"]["steps"]:
         for role in st["roles"]:

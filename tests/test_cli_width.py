@@ -14,12 +14,13 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from rl_trace_observer.analysis.query import diff, diff_render
-from rl_trace_observer.analysis.report import terminal
+from rl_trace_observer.analysis.report import gpu_tables, terminal
 from rl_trace_observer.analysis.report.answer_tables import tables as answer_tables
 from rl_trace_observer.analysis.report.rollout import rollout_section
 from rl_trace_observer.analysis.report.rollout_tables import tables as rollout_tables
 
 from .conftest import ROOT, clean_env
+from .test_gpu import hand  # noqa: F401 (the module fixture: a hand-built trace with kernels)
 from .test_report_definitions import summary  # noqa: F401 (the module fixture)
 from .test_report_rollout import _trace
 
@@ -66,6 +67,17 @@ def test_the_whole_report_fits_80_columns(full: dict[str, Any]) -> None:
     _fits(buf.getvalue())
 
 
+def _numbers_whole(t: Any, text: str) -> None:
+    """Every number of a column the narrow table still shows appears on one line, as is."""
+    shown = re.search(r"without ([^)]*)\)", " ".join(text.split()))
+    left_out = {h.strip() for h in shown.group(1).split(",")} if shown else set()
+    for row in t.rows:
+        for i, cell in enumerate(row):
+            header = t.short.get(i, t.headers[i])
+            if i not in t.left and header not in left_out and NUMBER.fullmatch(cell):
+                _whole(text, [cell])
+
+
 def test_every_plain_tables_key_column_and_numbers_stay_whole(full: dict[str, Any]) -> None:
     plain = answer_tables(full) + rollout_tables(full["rollout"], windows=full["steps"])
     assert len(plain) >= 7
@@ -73,13 +85,35 @@ def test_every_plain_tables_key_column_and_numbers_stay_whole(full: dict[str, An
         text = _render(terminal.plain_table(t, True, WIDTH))
         _fits(text)
         _visible(text, [row[0] for row in t.rows])  # the key column
-        shown = re.search(r"without ([^)]*)\)", " ".join(text.split()))
-        left_out = {h.strip() for h in shown.group(1).split(",")} if shown else set()
+        _numbers_whole(t, text)
+
+
+def test_the_gpu_section_fits_80_columns(hand: tuple[Any, dict[str, Any]]) -> None:  # noqa: F811
+    """issue 26's tables: whole report and each table at 80 columns; a kernel name longer than the
+    key column may get folds onto the next line, whole, never cut with an ellipsis."""
+    report = hand[1]
+    buf = io.StringIO()
+    terminal.render(report, Console(file=buf, width=WIDTH))
+    _fits(buf.getvalue())
+    plain = gpu_tables.tables(report)
+    assert {t.title.split(" (")[0] for t in plain} >= {"GPU per step and device", "GPU per stage",
+                                                       "Top kernels"}  # fmt: skip
+    assert any(len(row[0]) > terminal.MAX_KEY_WIDTH for t in plain for row in t.rows)  # one folds
+    for t in plain:
+        text = _render(terminal.plain_table(t, True, WIDTH))
+        _fits(text)
+        key = _key_column(text, t.short.get(0, t.headers[0]), t.short.get(1, t.headers[1]))
         for row in t.rows:
-            for i, cell in enumerate(row):
-                header = t.short.get(i, t.headers[i])
-                if i not in t.left and header not in left_out and NUMBER.fullmatch(cell):
-                    _whole(text, [cell])
+            assert "".join(row[0].split()) in key, f"{row[0]!r} is cut"
+        _numbers_whole(t, text)
+
+
+def _key_column(text: str, first: str, second: str) -> str:
+    """The key column's text, its folded lines joined (it ends where the second header starts)."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(first) and second in line)
+    width = lines[at].index(second, len(first))
+    return "".join("".join(line[:width].split()) for line in lines[at + 1 :])
 
 
 def test_the_idle_cause_headers_are_not_cut(full: dict[str, Any]) -> None:

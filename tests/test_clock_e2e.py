@@ -108,7 +108,7 @@ class ShiftedHost(rcs.ClockResponderMixin):
 
     def sync(self) -> str:
         assert self.rec is not None
-        self.rec.write_record()  # flushes the event log too
+        self.rec.flush()  # the record and the event log on disk
         return str(self.rec.record_path)
 
 
@@ -192,7 +192,7 @@ def test_shifted_clocks_measured_over_ray_align_in_perfetto(
             assert rcs.flush(60)
         assert rcs.on_training_end(60)  # the last one: measured and stored before it returns
         ray.get([h.sync.remote() for h in hosts.values()])
-        driver.write_record()
+        assert driver.flush()
         measured = _check_measurements(out, hosts)
     finally:
         rcs.reset()

@@ -54,6 +54,7 @@ def process(
     for name, start, end, lane in spans:
         rec.span(name, start, end, lane=lane)
     for fname, regions in (torch or {}).items():
+        folder.mkdir(parents=True, exist_ok=True)  # the drain creates it too, but asynchronously
         path = folder / fname
         write_kineto(path, pid, regions)
         rec.register_artifact(path, "torch", step=1)

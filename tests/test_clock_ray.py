@@ -166,8 +166,10 @@ def test_offsets_over_ray_match_truth_and_align_the_timeline(ray_cluster: None, 
     at = time.time_ns() + 300_000_000
     real_c, real_b = ray.get([proc_c.region.remote("actor_update", at, 20_000_000),
                               proc_b.region.remote("actor_update", at, 20_000_000)])  # fmt: skip
+    # the records are written by each process's drain: on disk once flushed
+    assert all(ray.get([h.rl_trace_clock_flush.remote() for h in (node_a, node_b, proc_c, proc_b)]))
+    assert ref.flush()
     real_lo, real_hi = real_c[0] - real_b[1], real_c[1] - real_b[0]  # the true gap lies in here
-    ray.get([node_a.identity.remote(), node_b.identity.remote()])  # their record calls are done
 
     records = _records(out)
     aligned = plan(records, mode="auto", tolerance_us=5000)
@@ -272,8 +274,10 @@ def test_wall_clock_jump_inside_a_profiled_step_is_reported(ray_cluster: None, t
     sync.measure(step=7, phase="begin")
     proc.jump.remote(-250_000_000)  # an NTP step back inside the profiled step
     sync.measure(step=7, phase="end")
-    ray.get(proc.truth.remote(0))
-    cp = plan(_records(out), mode="aligned")
+    assert ray.get(proc.rl_trace_clock_flush.remote()) and ref.flush()
+    # a loaded machine stretches one round trip past the default 1 ms bound, and the merge then
+    # sets that measurement aside: the jump, not the bound, is what this test is about
+    cp = plan(_records(out), mode="aligned", tolerance_us=5000)
     (jump,) = cp.manifest_section()["hosts"]["host-j"]["jumps"]
     assert jump["inside_profiled_window"]
     assert abs(jump["jump_ns"] + 250_000_000) <= _snapshot_error(out, "host-j", jump), jump
@@ -358,7 +362,7 @@ def test_capture_start_periodic_and_end_of_training_measurements(ray_cluster: No
     assert sync.last_result is not None and sync.last_result.measurements[0]["step"] == 5
     assert sync.training_end(timeout_s=60) and sync.finished
     assert sync.training_end() and sync.last_result.measurements[0]["phase"] == "training_end"
-    ray.get(proc.truth.remote(0))
+    assert ray.get(proc.rl_trace_clock_flush.remote())
     sync.close()
     (rec,) = [r for r in _records(out) if r["hostname"] == "host-p"]
     phases = [(m["phase"], m["step"]) for m in rec["clock_offsets"]]

@@ -95,7 +95,7 @@ LAYERS = {
     "common": 0,  # atomic writes, JSON encoding, the clock-offset estimator: stdlib (+ orjson) only
     "capture": 1,  # in-process, stdlib + orjson
     "integrations": 2,  # one folder per framework, imported lazily
-    "testing": 2,  # synthetic files in real wire formats and the offline Perfetto engine, for tests
+    "testing": 3,  # for tests: synthetic files, the offline Perfetto engine, capture fault harnesses
     "merge": 3,  # formats → one timeline model → writers
     "analysis": 4,  # answers, the report, SQL and diffs
     "cluster": 4,  # merge --ray: node tasks (Ray + the merger); peers of analysis, never importing it
@@ -189,9 +189,10 @@ SUBLAYERS: dict[str, dict[str, int]] = {
     "analysis": {
         "answers": 0,  # idle causes, stragglers, critical path: pure functions of stage spans
         "view_server": 0,  # serves one trace to the Perfetto UI
-        "report": 1,  # load a merged run, compute the figures (with the answers), render
-        "query": 2,  # SQL, diffs, the critical path drawn in: on top of the report
-        "__init__": 3,
+        "gpu": 1,  # kernels per step, rank and stage (HTA's definitions): computation over the answers'
+        "report": 2,  # load a merged run, compute the figures (with the answers and gpu), render
+        "query": 3,  # SQL (the report's tables too), diffs, the critical path drawn in: on top of the report
+        "__init__": 4,
     },
 }
 

@@ -217,3 +217,48 @@ def test_process_record_names_the_event_log(out_dir: Path) -> None:
     assert (out_dir / record["event_log"]).exists()
     assert record["lanes"] == {"rank_0": 1}
     assert json.loads((out_dir / record["event_log"]).read_text().splitlines()[1])["name"] == "train_batch"
+
+
+def test_counters_are_drawn_as_running_totals_as_rl_insight_counts_them(out_dir: Path) -> None:
+    """``metric_count`` sends increments; the track must show what RL-Insight's own Prometheus
+    registry (the hub's ``MetricRegistry``, fed here by the forwarding delegate) reads: 1, 2, 3, 4."""
+    code = """
+        import json
+        import rl_insight.client
+        from rl_insight.client.base import register_monitor_client
+        from rl_insight.utils.prometheus_utils import MetricRegistry
+        from prometheus_client import REGISTRY
+        registry = MetricRegistry()
+        class Hub:  # what RL-Insight's MonitorHubActor does with a counter event
+            def apply_event(self, event):
+                if event["kind"] == "counter":
+                    registry.count(event["name"], "", float(event["value"]), {}, dict(event["labels"]))
+        register_monitor_client("ray", lambda conf: Hub())
+        from rl_trace_observer.integrations.rl_insight import install
+        install()
+        import rl_insight
+        rl_insight.init(project="p")
+        for _ in range(4):
+            rl_insight.metric_count("train_step_total", amount=1)
+        rl_insight.metric_count("tokens_total", amount=2.5, role="actor")
+        rl_insight.metric_count("tokens_total", amount=0.5, role="rollout")
+        rl_insight.metric_count("tokens_total", amount=2.5, role="actor")
+        print(json.dumps({
+            "train_step_total": REGISTRY.get_sample_value("train_step_total", {"project": "p"}),
+            "actor": REGISTRY.get_sample_value("tokens_total", {"project": "p", "role": "actor"}),
+        }))
+    """
+    env = clean_env(
+        RL_TRACE_OUTPUT_DIR=str(out_dir), RL_INSIGHT_SERVER_URL=LOCAL_URL, RL_TRACE_FORWARD_TO_RL_INSIGHT="1"
+    )
+    theirs = json.loads(run_python(code, env).stdout.strip().splitlines()[-1])
+    _, events = _names(out_dir)
+    counters = [e for e in events if e["ph"] == "C"]
+    steps = [e["args"]["value"] for e in counters if e["name"] == "train_step_total"]
+    assert steps == [1.0, 2.0, 3.0, 4.0] and steps[-1] == theirs["train_step_total"]
+    by_role = {}
+    for e in counters:
+        if e["name"] == "tokens_total":
+            by_role.setdefault(e["labels"]["role"], []).append(e["args"]["value"])
+    assert by_role == {"actor": [2.5, 5.0], "rollout": [0.5]}  # one running total per label set
+    assert by_role["actor"][-1] == theirs["actor"]

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from rl_trace_observer.analysis.report.compute import step_windows
 from rl_trace_observer.analysis.report.load import Span
-from rl_trace_observer.analysis.report.stages import STAGE_TABLE, STEP
+from rl_trace_observer.analysis.report.stages import STAGE_TABLE, STEP, classify
 from rl_trace_observer.capture import Recorder
 from rl_trace_observer.config import Config
-from rl_trace_observer.merge.timeline.steps import STEP_MARKERS, marker, windows_from_markers
+from rl_trace_observer.merge.timeline.steps import NAMED_MARKERS, STEP_MARKERS, marker, windows_from_markers
 
 from .cli_run import rl_trace
 from .conftest import need_all
@@ -112,13 +112,14 @@ def test_a_raw_run_selects_unprofiled_steps_too(run: dict[str, Path]) -> None:
 
 
 def test_the_stage_tables_step_rows_are_the_merges_markers() -> None:
-    rows = [r.pattern for r in STAGE_TABLE if r.category == STEP]
-    assert rows == [f"^{name}$" for name in STEP_MARKERS]
+    rows = [(r.pattern, r.why) for r in STAGE_TABLE if r.category == STEP]
+    assert rows == list(STEP_MARKERS)
+    assert [r.category for r in STAGE_TABLE[: len(rows)]] == [STEP] * len(rows)  # tried first
 
 
 _markers = st.lists(
     st.tuples(
-        st.sampled_from([*STEP_MARKERS, "actor_update"]),
+        st.sampled_from([*NAMED_MARKERS, "ProfilerStep#1", "ProfilerStep #2", "actor_update"]),
         st.integers(0, 10**6),
         st.integers(0, 10**5),
         st.dictionaries(st.sampled_from(["step", "global_step", "profiled", "mode"]), st.one_of(
@@ -132,14 +133,10 @@ _markers = st.lists(
 @given(_markers)
 def test_the_report_and_the_merge_cut_steps_alike(rows: list[tuple[str, int, int, dict[str, Any]]]) -> None:
     spans = [Span(name, "verl", 1, 1, lo, dur, args) for name, lo, dur, args in rows]
-    markers = [
-        marker(STEP_MARKERS.index(s.name), s.start_ns, s.end_ns, s.args)
-        for s in spans
-        if s.name in STEP_MARKERS
-    ]
+    markers = [m for s in spans if (m := marker(s.name, s.start_ns, s.end_ns, s.args)) is not None]
     report = [
         (w.step, w.start_ns, w.end_ns, w.profiled, w.mode)
-        for w in step_windows([s for s in spans if s.name in STEP_MARKERS])
+        for w in step_windows([s for s in spans if classify(s.name) == STEP])
     ]
     merge = [(w.step, w.start_ns, w.end_ns, w.profiled, w.mode) for w in windows_from_markers(markers)]
     assert report == merge

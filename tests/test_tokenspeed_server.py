@@ -104,6 +104,7 @@ def test_a_window_is_collected_and_registered_per_rank(server: ServerProcess, re
         win.step == 7 and win.directory == recorder.output_dir / "tokenspeed" / "t" / "step-7" / "replica-0"
     )
     assert len(win.registered) == 4, win.registered
+    assert recorder.flush()  # the records are rewritten by the drain, in order with the events
     records = [json.loads(p.read_text()) for p in recorder.output_dir.glob("rl-trace-process-*.json")]
     schedulers = [r for r in records if r.get("tokenspeed", {}).get("scheduler")]
     assert sorted(r["rank"] for r in schedulers) == [0, 1]

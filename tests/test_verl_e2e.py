@@ -357,7 +357,7 @@ def test_report_rollout_section_finds_the_slow_requests(run: Run, merged: Path) 
     slow = {rid for rid, row in served.items() if row["slow"]}
     assert slow, "the mock made no request slow"
     summary = summarize(merged)
-    assert summary["schema"] == "rl-trace-report/3"
+    assert summary["schema"] == "rl-trace-report/4"
     ro = summary["rollout"]
     assert ro["requests"] + ro["validation_requests"] == len(served) and ro["linked"] == len(served)
     ranked = [r["request_id"] for r in ro["slowest"]]
@@ -383,3 +383,89 @@ def test_report_rollout_section_finds_the_slow_requests(run: Run, merged: Path) 
     assert all(
         {r["replica"] for r in s["replicas"]} == {0, 1} and s["slowest_replica"] in (0, 1) for s in syncs
     )
+
+
+def test_report_timing(run: Run) -> None:
+    """Not a check: prints how long main_ppo took (pytest -s), for the CI budget."""
+    print(f"\nverl e2e {run.variant}: main_ppo {run.train_s:.1f} s")
+    assert run.train_s > 0
+
+
+# ------------------------------------------------------------------ engine and TransferQueue metrics
+METRIC_TRACKS_SQL = (
+    "select p.name as pname, t.name as track, count(*) as n from counter c "
+    "join process_counter_track t on c.track_id = t.id join process p using (upid) "
+    "where t.name like 'vllm:%' or t.name like 'tq_%' group by 1, 2"
+)
+
+
+def test_engine_and_transfer_queue_endpoints_registered_by_verl_and_sampled(run: Run) -> None:
+    """VERL's own calls: ``LLMServerManager`` → ``RLInsightLogger.register_rollout_metrics`` for the
+    mock servers' real ``/metrics``, ``RLInsightLogger.init`` → ``register_transfer_queue_metrics`` for
+    TransferQueue's real endpoint (its controller's prometheus_client server); no failing POST."""
+    assert "Failed to register Prometheus targets" not in run.output
+    targets = [t for r in run.records().values() for t in r.get("metrics_targets") or []]
+    jobs = sorted((t["job"], t["labels"].get("replica")) for t in targets)
+    assert jobs == [("mock", "0"), ("mock", "1"), ("transfer_queue", None)], targets
+    from rl_trace_observer.merge.formats.metric_samples.decode import decode
+
+    (path,) = run.trace.glob("metrics-*.samples.jsonl")
+    data = decode(path.read_bytes())
+    assert data.complete and not data.bad_lines
+    by_job: dict[str, list[int]] = {}
+    for s in data.sources.values():
+        if s.kind == "prometheus":
+            by_job.setdefault(str(s.fields["job"]), []).append(s.src)
+    families = {(data.sources[s.src].fields.get("job"), s.family) for s in data.series.values()}
+    assert ("mock", "vllm:num_requests_running") in families and (
+        "mock",
+        "vllm:generation_tokens",
+    ) in families
+    assert any(job == "transfer_queue" and fam.startswith("tq_") for job, fam in families), families
+    for src in by_job["mock"]:
+        scraped = [s for s in data.samples if s.src == src]
+        assert len(scraped) >= 3, (src, len(scraped))
+    servers = {e["src"]: e["pid"] for e in data.events if e["k"] == "server"}
+    mock_pids = {
+        r["pid"]
+        for r in run.records().values()
+        if (r["ray"].get("actor_name") or "").startswith("mock_server_")
+    }
+    assert {servers.get(src) for src in by_job["mock"]} == mock_pids  # each endpoint → its server process
+
+
+@pytest.mark.perfetto
+def test_engine_counters_under_the_mock_servers_transfer_queue_on_its_own(run: Run, merged: Path) -> None:
+    from rl_trace_observer.testing.perfetto.engine import shared_engine, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    res = shared_engine().load(merged, queries=[METRIC_TRACKS_SQL])
+    assert res.ok and res.error_stats == (), res.summary()
+    rows = res.queries[0].check().dicts()
+    engine_procs = {r["pname"] for r in rows if r["track"].startswith("vllm:")}
+    assert len(engine_procs) == 2 and all("mock_server_" in p for p in engine_procs), engine_procs
+    tq = {r["pname"] for r in rows if r["track"].startswith("tq_")}
+    assert tq and all(p.endswith("· TransferQueue") for p in tq), tq
+
+
+def test_the_sampler_samples_faster_in_the_profiled_step(run: Run) -> None:
+    """The trainer's step markers tell the node's sampler: 0.5 s apart outside, 0.1 s inside step 2."""
+    import itertools
+    import statistics
+
+    from rl_trace_observer.merge.formats.metric_samples.decode import decode
+
+    (trainer,) = run.by_role("trainer")
+    marks = {s["args"]["step"]: s for s in spans(run.logs()[trainer["pid"]]) if s["name"] == "global_step"}
+    lo = marks[PROFILED]["ts_ns"]
+    hi = lo + marks[PROFILED]["dur_ns"]
+    (path,) = run.trace.glob("metrics-*.samples.jsonl")
+    data = decode(path.read_bytes())
+    (host,) = [s.src for s in data.sources.values() if s.kind == "host"]
+    times = [s.t for s in data.samples if s.src == host]
+    inside = [b - a for a, b in itertools.pairwise(times) if lo + 0.3e9 <= a and b <= hi]
+    outside = [b - a for a, b in itertools.pairwise(times) if b < lo or a > hi]
+    assert inside and statistics.median(inside) < 0.2e9, inside
+    assert statistics.median(outside) > 0.4e9

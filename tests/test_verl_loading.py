@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from .capture_helpers import wait_until
 from .conftest import clean_env, requires, run_python
 from .trace_files import event_logs, process_records, spans
 
@@ -71,6 +72,12 @@ def test_every_verl_worker_writes_its_own_log(out_dir: Path, mechanism: str) -> 
     }
     assert len(workers) == 2
     assert all("rl_trace_observer.integrations.verl.register" in p for p in workers.values())
+
+    def written() -> bool:  # each worker's drain writes its files, possibly after the worker exited
+        recs = process_records(out_dir)
+        return all(recs.get(pid, {}).get("events", {}).get("written") == 2 for pid in workers)
+
+    assert wait_until(written, 30), process_records(out_dir)
     logs, records = event_logs(out_dir), process_records(out_dir)
     assert set(workers) <= set(logs), (workers, logs.keys())
     lanes = set()

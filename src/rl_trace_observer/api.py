@@ -57,7 +57,7 @@ def report(
     json_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Where each step's time went, for a merged trace, its span shards or a run directory (merged
-    first): the JSON summary (schema ``rl-trace-report/3``), also written to ``html``/``json_path``."""
+    first): the JSON summary (schema ``rl-trace-report/4``), also written to ``html``/``json_path``."""
     from .analysis.report.output import summarize, write_outputs
 
     summary = summarize(path, manifest=manifest)

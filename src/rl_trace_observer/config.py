@@ -79,6 +79,64 @@ SETTINGS: tuple[Setting, ...] = (
         "(it is always rewritten on identity, artifact and clock changes and at exit).",
     ),
     Setting(
+        "RL_TRACE_BUFFER_MB",
+        "64",
+        "Memory (MiB, per training process) that may hold events its output disk has not taken yet "
+        "(a hung or slow mount); beyond it newer events are dropped and counted, with one warning. "
+        "Held by the process's drain (a small helper process that does all file writes); the "
+        "training process itself holds as much again only while its drain is starved of CPU or stopped.",
+    ),
+    Setting(
+        "RL_TRACE_EXIT_WAIT_S",
+        "2.0",
+        "At exit a training process waits at most this long for its drain to confirm that every "
+        "event is on disk; then it exits anyway and the drain finishes on its own (e.g. after a "
+        "frozen mount thaws).",
+    ),
+    Setting(
+        "RL_TRACE_METRICS",
+        "1",
+        "`0`: no metric sampler. `1` (with capture on): one sampler process per node (elected by a "
+        "lock) samples every Prometheus target registered through `rl_insight.update_prometheus_config` "
+        "(engines, TransferQueue, exporters), the node's GPUs (NVML) and the host (psutil); see "
+        "docs/metrics.md. Registered targets are recorded either way, and never POSTed in local mode.",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_INTERVAL_S",
+        "1.0",
+        "Seconds between two samples of every source (positive number).",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_PROFILED_INTERVAL_S",
+        "0.1",
+        "Seconds between two samples while a profiled step runs on the node (positive number).",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_TIMEOUT_S",
+        "0.5",
+        "Per-scrape timeout of a Prometheus target, in seconds; a target that fails is noted once "
+        "and retried with back-off.",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_RETRY_MAX_S",
+        "30",
+        "Longest back-off between two tries of a dead Prometheus target, in seconds.",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_TARGETS",
+        "(none)",
+        "Comma list of extra `job=host:port` targets that every node's sampler scrapes on its own "
+        "node, e.g. `node=localhost:9100,dcgm=localhost:9400` (exporters not registered through "
+        "RL-Insight).",
+    ),
+    Setting(
+        "RL_TRACE_METRICS_NODE_DIR",
+        "`<temp dir>/rl-trace-observer-<uid>`",
+        "Absolute node-local folder where the processes of a run meet their node's metric sampler "
+        "(election locks, member list, targets, profiling flags; one sub-folder per output "
+        "directory). Never on the output disk: locks there are unreliable and a stat may hang.",
+    ),
+    Setting(
         "RL_TRACE_COLLECT_TO",
         "(unset)",
         "Directory or fsspec URL: collect every node's artifacts there when training finishes.",
@@ -117,9 +175,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RL_TRACE_NATIVE",
         "1",
-        "Merger only. `0`: run the `.pftrace` encoder's pure-Python loops even where their compiled "
-        "twin (built by Cython at install, see Dependencies) is present, e.g. to compare the two. `1`: "
-        "use the twin when built and current (output is byte-identical either way).",
+        "Merger and report only. `0`: run the `.pftrace` encoder's and the report's GPU analysis' "
+        "pure-Python loops even where their compiled twins (built by Cython at install, see "
+        "Dependencies) are present, e.g. to compare the two. `1`: use the twins when built and "
+        "current (output is identical either way).",
     ),
 )
 
@@ -142,7 +201,18 @@ class Config:
     viztracer_roles: tuple[str, ...] = ()
     requests: bool = True
     record_interval_s: float = 1.0
+    buffer_mb: float = 64.0
+    exit_wait_s: float = 2.0
     collect_to: str | None = None
+    # load() makes it True (RL_TRACE_METRICS defaults to 1); a Config built in code (a tool, a test)
+    # starts no sampler process unless it asks for one
+    metrics: bool = False
+    metrics_interval_s: float = 1.0
+    metrics_profiled_interval_s: float = 0.1
+    metrics_timeout_s: float = 0.5
+    metrics_retry_max_s: float = 30.0
+    metrics_targets: tuple[tuple[str, str], ...] = ()
+    metrics_node_dir: Path | None = None  # None: <temp dir>/rl-trace-observer-<uid>
     tokenspeed_command: tuple[str, ...] = ()  # empty: `<python> -m tokenspeed.cli serve`
     tokenspeed_args: tuple[str, ...] = ()
     tokenspeed_startup_timeout_s: float = 1800.0
@@ -180,6 +250,43 @@ def _number(env: Mapping[str, str], name: str, default: float, problems: list[st
         problems.append(f"{name}={raw!r} must be a non-negative number; using {default:g}")
         return default
     return value
+
+
+def _positive(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    value = _number(env, name, default, problems)
+    if value == 0:
+        problems.append(f"{name}=0 must be positive; using {default:g}")
+        return default
+    return value
+
+
+def _targets(env: Mapping[str, str], problems: list[str]) -> tuple[tuple[str, str], ...]:
+    """``job=host:port,...`` as ``((job, "host:port"), ...)``; malformed items are dropped, once each."""
+    name = "RL_TRACE_METRICS_TARGETS"
+    out: list[tuple[str, str]] = []
+    for item in env.get(name, "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        job, sep, address = item.partition("=")
+        host, colon, port = address.strip().rpartition(":")
+        if not sep or not job.strip() or not colon or not host or not port.isdigit():
+            problems.append(f"{name}: {item!r} is not job=host:port; ignoring it")
+            continue
+        out.append((job.strip(), address.strip()))
+    return tuple(out)
+
+
+def _node_dir(env: Mapping[str, str], problems: list[str]) -> Path | None:
+    name = "RL_TRACE_METRICS_NODE_DIR"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        problems.append(f"{name}={raw!r} is not an absolute path; using the temp dir")
+        return None
+    return path
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -245,7 +352,16 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         viztracer_roles=roles,
         requests=_flag(env, "RL_TRACE_REQUESTS", problems, default=True),
         record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
+        buffer_mb=_positive(env, "RL_TRACE_BUFFER_MB", 64.0, problems),
+        exit_wait_s=_number(env, "RL_TRACE_EXIT_WAIT_S", 2.0, problems),
         collect_to=_text(env, "RL_TRACE_COLLECT_TO"),
+        metrics=_flag(env, "RL_TRACE_METRICS", problems, default=True),
+        metrics_interval_s=_positive(env, "RL_TRACE_METRICS_INTERVAL_S", 1.0, problems),
+        metrics_profiled_interval_s=_positive(env, "RL_TRACE_METRICS_PROFILED_INTERVAL_S", 0.1, problems),
+        metrics_timeout_s=_positive(env, "RL_TRACE_METRICS_TIMEOUT_S", 0.5, problems),
+        metrics_retry_max_s=_positive(env, "RL_TRACE_METRICS_RETRY_MAX_S", 30.0, problems),
+        metrics_targets=_targets(env, problems),
+        metrics_node_dir=_node_dir(env, problems),
         tokenspeed_command=_words(env, "RL_TRACE_TOKENSPEED_COMMAND", problems),
         tokenspeed_args=_words(env, "RL_TRACE_TOKENSPEED_ARGS", problems),
         tokenspeed_startup_timeout_s=_number(env, "RL_TRACE_TOKENSPEED_STARTUP_TIMEOUT_S", 1800.0, problems),

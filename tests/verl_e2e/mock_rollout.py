@@ -18,6 +18,12 @@ real ``torch.profiler`` into ``rollout_trace_dir`` and move the files into ``sav
 VERL's own ``relocate_rollout_traces`` — so the traces they leave are real Kineto files in VERL's
 relocated naming.
 
+Like vLLM with stats on (``disable_log_stats=False``), each server serves ``/metrics`` with vLLM's
+metric names — prometheus_client's own HTTP server, fed by the engine at vLLM's moments (a request
+queued, scheduled, each token, finished: :mod:`rl_trace_observer.testing.vllm_metrics`) — and the
+replica's ``_server_address`` is that endpoint, so VERL's ``LLMServerManager`` registers it through
+``RLInsightLogger.register_rollout_metrics`` exactly as it registers a vLLM server.
+
 Registered by :mod:`.plugin` with ``RolloutReplicaRegistry.register("mock", ...)`` and
 ``_ROLLOUT_REGISTRY[("mock", "async")]``; selected with ``actor_rollout_ref.rollout.name=mock``.
 The server class is handed to ``trace_rollout_server`` at the end of this module, as any rollout
@@ -87,6 +93,15 @@ class Logprob:
     logprob: float
 
 
+def _metrics(replica: int) -> Any:
+    """vLLM's /metrics for this engine, or None where the observer (its stand-in registry) is absent."""
+    try:
+        from rl_trace_observer.testing.vllm_metrics import VllmMetrics
+    except ImportError:
+        return None
+    return VllmMetrics(model_name="mock", engine="0")
+
+
 @dataclass
 class MockEngine:
     """Stands in for vLLM's ``AsyncLLM`` (a GPU engine): continuous batching on asyncio."""
@@ -95,6 +110,19 @@ class MockEngine:
     rng: random.Random
     running: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_RUNNING))
     served: int = 0
+    metrics: Any = None
+    n_waiting: int = 0
+    n_running: int = 0
+
+    def _stats(self, prompt_tokens: int = 0, new_tokens: int = 0) -> None:
+        if self.metrics is not None:
+            self.metrics.iteration(
+                running=self.n_running,
+                waiting=self.n_waiting,
+                kv_usage=self.n_running / MAX_RUNNING,
+                prompt_tokens=prompt_tokens,
+                new_tokens=new_tokens,
+            )
 
     async def generate(self, prompt: dict[str, Any], sampling_params: Any, request_id: str, **_: Any) -> Any:
         stats = RequestStateStats(arrival_time=time.time(), queued_ts=time.monotonic())
@@ -104,12 +132,18 @@ class MockEngine:
             1, min(MAX_NEW_TOKENS, int(sampling_params["max_tokens"]), self.rng.randint(2, MAX_NEW_TOKENS))
         )
         tokens = [self.rng.randint(10, 200) for _ in range(n)]
+        self.n_waiting += 1
+        self._stats()
         async with self.running:
             stats.scheduled_ts = time.monotonic()
+            self.n_waiting -= 1
+            self.n_running += 1
+            self._stats(prompt_tokens=len(prompt["prompt_token_ids"]))
             await asyncio.sleep(PREFILL_S)
             for i in range(n):
                 if i:
                     await asyncio.sleep(PER_TOKEN_S + (SLOW_EXTRA_S / (n - 1) if slow else 0.0))
+                self._stats(new_tokens=1)
                 now = time.monotonic()
                 stats.first_token_ts = stats.first_token_ts or now
                 stats.last_token_ts = now
@@ -119,8 +153,25 @@ class MockEngine:
                 )
                 done = i + 1 == n
                 out.finish_reason = "length" if done else None
+                if done:
+                    self._finished(stats, len(prompt["prompt_token_ids"]), n)
                 yield RequestOutput(request_id, list(prompt["prompt_token_ids"]), [out], done, stats)
         _log(self.replica, request_id, slow=slow, tokens=n, prompt_tokens=len(prompt["prompt_token_ids"]))
+
+    def _finished(self, stats: RequestStateStats, prompt_tokens: int, n: int) -> None:
+        self.n_running -= 1
+        self._stats()
+        if self.metrics is not None:
+            self.metrics.finished(
+                reason="length",
+                queue_s=stats.scheduled_ts - stats.queued_ts,
+                prefill_s=stats.first_token_ts - stats.scheduled_ts,
+                decode_s=stats.last_token_ts - stats.first_token_ts,
+                ttft_s=stats.first_token_ts - stats.queued_ts,
+                e2e_s=stats.last_token_ts - stats.queued_ts,
+                prompt_tokens=prompt_tokens,
+                generation_tokens=n,
+            )
 
 
 def _log(replica: int, request_id: str, **fields: Any) -> None:
@@ -142,8 +193,14 @@ class MockLLMServer:
         self.world_size = world_size
         self.global_steps = 0  # the weight version; the adapter moves it after every weight sync
         self.rng = random.Random(1000 + replica_rank)
-        self.engine = MockEngine(replica_rank, self.rng)
+        self.engine = MockEngine(replica_rank, self.rng, metrics=_metrics(replica_rank))
         self._prof: Any = None
+
+    async def metrics_address(self) -> str:
+        """The server's ``host:port`` with ``/metrics`` on it (what VERL registers for a vLLM server)."""
+        if self.engine.metrics is None:
+            return f"127.0.0.1:{20000 + self.replica_rank}"  # nothing serves it: registered, never scraped
+        return str(self.engine.metrics.serve("127.0.0.1", 0))
 
     # ---------------------------------------------------------------- generation
     async def generate(
@@ -253,7 +310,7 @@ class MockReplica(RolloutReplica):
         ).remote(self.config, self.replica_rank, self.world_size)
         self.servers = [server]
         self._server_handle = server
-        self._server_address = f"127.0.0.1:{20000 + self.replica_rank}"
+        self._server_address = await server.metrics_address.remote()
 
     async def sleep(self) -> None:
         await asyncio.gather(*[s.sleep.remote() for s in self.servers])

@@ -74,6 +74,7 @@ def ppo_overrides(
         f"global_profiler.save_path={profile}",
         "global_profiler.relocate_results=True",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "transfer_queue.metrics.enabled=True",  # TransferQueue's own /metrics, registered by VERL
         "+ray_kwargs.ray_init.address=local",
         "ray_kwargs.ray_init.num_cpus=8",
         "+ray_kwargs.ray_init.num_gpus=2",
@@ -100,6 +101,9 @@ def ppo_env(out_dir: Path, base: dict[str, str] | None = None, **extra: str) -> 
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "HF_HUB_OFFLINE": "1",
+            "TQ_METRICS_COLLECT_INTERVAL": "1",  # TransferQueue refreshes its gauges every second
+            "RL_TRACE_METRICS": "1",  # the node's metric sampler (engines, TransferQueue, host)
+            "RL_TRACE_METRICS_INTERVAL_S": "0.5",
             "TRANSFORMERS_OFFLINE": "1",
         }
     )

@@ -14,6 +14,7 @@ from .recorder import (
     get_recorder,
     reset,
 )
+from .sampler import join_sampler  # every new recorder joins its node's metric sampler
 
 __all__ = [
     "EVENT_LOG_NAME",
@@ -26,6 +27,7 @@ __all__ = [
     "SystemClock",
     "configure",
     "get_recorder",
+    "join_sampler",
     "reset",
     "snapshot",
 ]

@@ -1,31 +1,29 @@
 """The per-process recorder: event log + process record, lazily created from ``RL_TRACE_*``.
 
 Everything here runs inside training processes, so every public method swallows its own failures
-(one warning per kind of problem per process) and never blocks on anything but a short lock and
-one ``write`` system call. The process record is rewritten atomically whenever identity,
-artifacts or clock data change, at most every ``RL_TRACE_RECORD_INTERVAL_S`` for event counts,
-and at exit.
+(one warning per kind of problem per process) and never waits on the output disk: events and
+record rewrites are handed to this process's writer (:mod:`.streams`) — a deque append — and
+written by a separate drain process. The process record is rewritten (by the writer, with the
+event counts it knows to be on disk) whenever identity, artifacts or clock data change, at most
+every ``RL_TRACE_RECORD_INTERVAL_S`` for event counts, and at exit.
 """
 
 from __future__ import annotations
 
-import atexit
 import copy
 import logging
 import os
 import sys
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import config as config_mod
-from ..common.atomic import write_atomic
-from ..common.encoding import dumps_line, dumps_pretty
+from ..common.encoding import dumps_line
 from . import identity
 from .clock import SYSTEM_CLOCK, Clock, snapshot
-from .event_log import EventLog
+from .streams import DEFAULT_FLUSH_S, open_stream
 
 _dumps_line = dumps_line  # module-global lookup is cheaper than attribute access on the hot path
 
@@ -78,14 +76,9 @@ class Recorder:
         self._warned: set[str] = set()
         self._lock = threading.RLock()
         self._lanes: dict[str, int] = {}
-        self._next_record_mono = 0
+        self._totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         log_name = EVENT_LOG_NAME.format(host=self.host, pid=self.pid)
         self.record_path = self.output_dir / PROCESS_RECORD_NAME.format(host=self.host, pid=self.pid)
-        self.events = EventLog(
-            self.output_dir / log_name,
-            lambda msg: self.warn_once("event_log", msg),
-            on_tick=self._refresh_record_if_due,
-        )
         self._record: dict[str, Any] = {
             "schema": PROCESS_RECORD_SCHEMA,
             "hostname": self.host,
@@ -108,7 +101,14 @@ class Recorder:
             "events": {"written": 0, "dropped": 0},
         }
         self._refresh_identity()
-        self.write_record()
+        self.events = open_stream(
+            self.output_dir / log_name,
+            record=self.record_path,
+            record_source=self._record_bytes,
+            record_interval_s=config.record_interval_s,
+            on_problem=self.warn_once,
+            config=config,
+        )
 
     # ----------------------------------------------------------------- problems
     def warn_once(self, key: str, message: str) -> None:
@@ -137,9 +137,9 @@ class Recorder:
                     "tid": tid,
                     "args": {"name": f"{SOURCE_LABEL} · {lane}", "lane": lane},
                 }
-                self.events.write_line(dumps_line(meta))
+                self.events.append_header(dumps_line(meta))  # heads any later file of this log too
         if persist:
-            self.write_record()  # rare (once per lane), and a killed Ray worker never reaches atexit
+            self.events.record_changed()  # rare (once per lane), and a killed Ray worker never reaches atexit
         return tid
 
     def lane_tid(self, lane: str, *, persist: bool = True) -> int:
@@ -216,8 +216,16 @@ class Recorder:
         kind: str = "gauge",
         labels: dict[str, Any] | None = None,
     ) -> None:
-        """A scalar metric sample, kept as a Chrome counter event (a counter track after merge)."""
+        """A scalar metric sample, kept as a Chrome counter event (a counter track after merge).
+
+        ``kind="counter"`` samples are increments (RL-Insight's ``metric_count(name, amount)``): the
+        track shows their running total per ``(name, labels)``, as Prometheus reads a counter.
+        """
         ts_ns = self.clock.wall_ns() if wall_ns is None else wall_ns
+        if kind == "counter":
+            key = (name, tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items())))
+            with self._lock:
+                value = self._totals[key] = self._totals.get(key, 0.0) + value
         event: dict[str, Any] = {
             "ph": "C",
             "cat": f"rl_insight.{kind}",
@@ -239,12 +247,7 @@ class Recorder:
             event["args"] = {k: repr(v) for k, v in (event.get("args") or {}).items()}
             event.pop("labels", None)
             line = dumps_line(event)
-        self.events.write_line(line)
-
-    def _refresh_record_if_due(self) -> None:
-        """Called by the event log's flusher thread: event counts reach the record off the hot path."""
-        if time.monotonic_ns() > self._next_record_mono:
-            self.write_record()
+        self.events.append(line)
 
     # ------------------------------------------------------------------- record
     def _refresh_identity(self) -> None:
@@ -267,13 +270,13 @@ class Recorder:
             changed = any(self._record.get(k) != v for k, v in fields.items())
             self._record.update(fields)
         if changed:
-            self.write_record()
+            self.events.record_changed()
 
     def clock_snapshot(self, reason: str, **extra: Any) -> dict[str, Any]:
         snap = snapshot(self.clock, reason, **extra)
         with self._lock:
             self._append_snapshot(snap)
-        self.write_record()
+        self.events.record_changed()
         return snap
 
     def _append_snapshot(self, snap: dict[str, Any]) -> None:
@@ -291,7 +294,7 @@ class Recorder:
             if snapshot_reason is not None:
                 self._append_snapshot(snapshot(self.clock, snapshot_reason, step=measurement.get("step")))
             self._record["clock_offsets"].append(measurement)
-        self.write_record()
+        self.events.record_changed()
 
     def register_artifact(
         self,
@@ -304,14 +307,12 @@ class Recorder:
         **extra: Any,
     ) -> None:
         """Tell the merger and the collector that this process wrote ``path``."""
-        p = Path(path)
-        try:
-            rel = os.path.relpath(p.resolve(), self.output_dir.resolve())
-        except ValueError:
-            rel = str(p)
+        # Lexical paths only: resolving symlinks would stat the output disk, which may hang.
+        absolute = os.path.abspath(path)
+        rel = os.path.relpath(absolute, os.path.abspath(self.output_dir))
         if rel.startswith(".."):
             extra.setdefault("outside_output_dir", True)
-            rel = str(p.resolve())
+            rel = absolute
         entry = {"path": rel, "kind": kind, "step": step, "role": role, "rank": rank, **extra}
         with self._lock:
             arts = self._record["artifacts"]
@@ -323,28 +324,31 @@ class Recorder:
     def record(self) -> dict[str, Any]:
         """A copy of the current process record (for tests and integrations)."""
         with self._lock:
+            self._record["events"] = {"written": self.events.written, "dropped": self.events.dropped}
             return copy.deepcopy(self._record)
 
-    def write_record(self) -> None:
-        try:
-            self.events.flush()  # the counts below then describe what is on disk
-            with self._lock:
-                self._refresh_identity()
-                self._record["events"] = {"written": self.events.written, "dropped": self.events.dropped}
-                # A fresh snapshot on every rewrite: the last one tells the merger how the clocks
-                # related when the process was last seen alive.
-                self._record["clock_at_update"] = snapshot(self.clock, "update")
-                self._record["updated_wall_ns"] = self._record["clock_at_update"]["wall_ns"]
-                data = dumps_pretty(self._record)
-                self._next_record_mono = time.monotonic_ns() + int(self.config.record_interval_s * 1e9)
-                self.output_dir.mkdir(parents=True, exist_ok=True)
-                write_atomic(self.record_path, data)
-        except Exception as exc:
-            self.warn_once("record", f"cannot write process record {self.record_path}: {exc}")
+    def _record_bytes(self) -> bytes:
+        """The record as JSON, built on the pump thread; the writer fills in ``events`` itself."""
+        with self._lock:
+            self._refresh_identity()
+            # A fresh snapshot on every rewrite: the last one tells the merger how the clocks
+            # related when the process was last seen alive.
+            self._record["clock_at_update"] = snapshot(self.clock, "update")
+            self._record["updated_wall_ns"] = self._record["clock_at_update"]["wall_ns"]
+            return dumps_line(self._record)
 
-    def close(self) -> None:
-        self.write_record()
-        self.events.close()
+    def write_record(self) -> None:
+        """Ask for the process record to be rewritten (by the writer, within ~2 ms; never waits)."""
+        self.events.record_changed()
+
+    def flush(self, timeout_s: float = DEFAULT_FLUSH_S) -> bool:
+        """Rewrite the record and wait until it and every event so far are on disk (tests, tools)."""
+        self.events.record_changed()
+        return self.events.flush(timeout_s)
+
+    def close(self, timeout_s: float = DEFAULT_FLUSH_S) -> bool:
+        """Final record and close; waits at most ``timeout_s`` for the writer to confirm."""
+        return self.events.close(timeout_s)
 
 
 # --------------------------------------------------------------- process singleton
@@ -356,9 +360,7 @@ _FORK_HOOK_INSTALLED = False
 
 def _after_fork_in_child() -> None:
     global _RECORDER, _CHECKED, _SINGLETON_LOCK
-    _SINGLETON_LOCK = threading.Lock()
-    if _RECORDER is not None:
-        _RECORDER.events.forget_after_fork()
+    _SINGLETON_LOCK = threading.Lock()  # the parent's streams are dropped by streams' own fork hook
     _RECORDER, _CHECKED = None, False  # the child gets its own files under its own pid on first use
 
 
@@ -375,15 +377,32 @@ def configure(
     for problem in cfg.problems:
         log.warning("[rl-trace-observer] pid %s: %s", os.getpid(), problem)
     with _SINGLETON_LOCK:
-        old = _RECORDER
+        old, _RECORDER = _RECORDER, None
+        if old is not None:  # first: its final record must not overwrite the new one's
+            old.close()
         _RECORDER, _CHECKED = (Recorder(cfg, clock, host=host) if cfg.capture_enabled else None), True
         if not _FORK_HOOK_INSTALLED:
             os.register_at_fork(after_in_child=_after_fork_in_child)
-            atexit.register(_close_at_exit)
             _FORK_HOOK_INSTALLED = True
-    if old is not None and old is not _RECORDER:
-        old.close()
-    return _RECORDER
+        rec = _RECORDER
+    if rec is not None:
+        for hook in _AFTER_CONFIGURE:
+            try:
+                hook(cfg, rec)
+            except Exception as exc:
+                rec.warn_once(f"hook:{hook.__name__}", f"{hook.__name__} failed: {exc}")
+    return rec  # closed at exit by the writer's own exit hook (streams)
+
+
+# Called with every new recorder, never on a hot path; they must not wait. The one user: the node's
+# metric sampler (``sampler/__init__.py`` registers its join: this process becomes a member).
+_AFTER_CONFIGURE: list[Callable[[config_mod.Config, Recorder], None]] = []
+
+
+def after_configure(hook: Callable[[config_mod.Config, Recorder], None]) -> None:
+    """Run ``hook(config, recorder)`` whenever a recorder is created (idempotent per hook)."""
+    if hook not in _AFTER_CONFIGURE:
+        _AFTER_CONFIGURE.append(hook)
 
 
 def get_recorder() -> Recorder | None:
@@ -405,9 +424,3 @@ def reset() -> None:
     if _RECORDER is not None:
         _RECORDER.close()
     _RECORDER, _CHECKED = None, False
-
-
-def _close_at_exit() -> None:
-    rec = _RECORDER
-    if rec is not None and rec.pid == os.getpid():
-        rec.close()

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         ),
         html: str | None = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         json_path: str | None = typer.Option(
-            None, "--json", help="Write the JSON summary (schema rl-trace-report/3)."
+            None, "--json", help="Write the JSON summary (schema rl-trace-report/4)."
         ),
         manifest: str | None = typer.Option(
             None, "--manifest", help="Merge manifest (default: INPUT.manifest.json)."

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import typer
 
-TABLES_HELP = """Tables: spans (every merged event, docs/FORMATS.md §6), steps (step, start_ns, end_ns,
-dur_ns: the report's step windows), stage_spans (run, host, pid, role, rank, step, lane, name, stage,
-category, ts_ns, dur_ns, end_ns, source, args), trace (base_ns, source); macro stage(name)."""
+TABLES_HELP = """Tables: spans (every merged event, docs/FORMATS.md §6), trace (base_ns, source); the
+report's own rows, built when the query names them: steps (step, start_ns, end_ns, dur_ns), stage_spans
+(run, host, pid, role, rank, step, lane, name, stage, category, ts_ns, dur_ns, end_ns, source, args),
+kernels (one row per GPU kernel: step, host, rank, role, device, stream, name, kind, ts_ns, dur_ns,
+launch_ts_ns, stage, stage_name, rule, correlation, trace_pid, trace_tid) and gpu_time (the report's
+gpu.rows: busy, compute, comm, memory, overlap, idle and its split per scope, step, role, rank, device,
+stage); macro stage(name)."""
 
 
 def register(app: typer.Typer) -> None:

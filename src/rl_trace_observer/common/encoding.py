@@ -30,6 +30,10 @@ if _orjson is not None:
     def dumps_pretty(obj: Any) -> bytes:
         return _orjson.dumps(obj, default=_default, option=_PRETTY_OPTS)
 
+    def loads(data: bytes) -> Any:
+        """One JSON document (the capture writer's own messages and records)."""
+        return _orjson.loads(data)
+
 else:  # pragma: no cover
 
     def dumps_line(obj: Any) -> bytes:
@@ -37,3 +41,6 @@ else:  # pragma: no cover
 
     def dumps_pretty(obj: Any) -> bytes:
         return json.dumps(obj, default=_default, indent=2, sort_keys=True).encode()
+
+    def loads(data: bytes) -> Any:
+        return json.loads(data)

@@ -184,7 +184,19 @@ class DemoLoop:
         )
         names = [f"trainer rank {r}" for r in range(self.cfg.trainers)]
         names += [f"rollout replica {r}" for r in range(self.cfg.rollouts)]
+        self.register_metrics()
         return dict(zip(names, pids, strict=True))
+
+    def register_metrics(self) -> None:
+        """Each replica's ``/metrics``, registered as VERL's ``LLMServerManager`` does it
+        (``RLInsightLogger.register_rollout_metrics`` → ``rl_insight.update_prometheus_config``:
+        one address per replica, job = the rollout's name, labels ``{"replica": r}``)."""
+        import rl_insight
+
+        addresses = self.ray.get([r.metrics_address.remote() for r in self.rollouts])
+        rl_insight.update_prometheus_config(
+            addresses, "vllm", labels=[{"replica": r} for r in range(len(addresses))]
+        )
 
     def launch_sync(self, version: int, policy_version: int) -> _Sync:
         """Weight sync: rank 0 publishes, every replica loads; ``policy_version`` = the updates the
@@ -235,6 +247,7 @@ def _step(
     with observe.stage("global_step", "global_step", step=step, profiled=profiled, mode=cfg.mode):
         if profiled:
             _clock_boundary(step, "begin")
+            observe.profiling(True)  # the node's metric sampler samples faster in profiled steps
             loop.profile(step, True)
         step_t0 = time.perf_counter()
         gen_t0: float | None = None
@@ -258,6 +271,7 @@ def _step(
         result.rewards.append(sum(s.reward for s in samples) / len(samples))
         if profiled:
             result.profile_files += loop.profile(step, False)
+            observe.profiling(False)
             _clock_boundary(step, "end")
         observe.gauge("timing_s/step", time.perf_counter() - step_t0, step=str(step))
     return next_gen

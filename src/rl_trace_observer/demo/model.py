@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import mul
 from typing import Any
@@ -57,6 +57,9 @@ class Sample:
     replica: int = 0
     weight_version: int = -1
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+IterationStats = Callable[[int, int, int, int, int], None]
 
 
 def reward_of(tokens: list[int]) -> float:
@@ -119,23 +122,34 @@ class PolicyEngine:
         return done
 
     def generate_stream(
-        self, prompts: list[list[int]], max_new: int, rng: random.Random, max_running: int
+        self,
+        prompts: list[list[int]],
+        max_new: int,
+        rng: random.Random,
+        max_running: int,
+        on_iteration: IterationStats | None = None,
     ) -> Iterator[tuple[int, Sample, dict[str, int]]]:
         """Continuous batching: at most ``max_running`` sequences decode together, the rest wait;
         each sequence is yielded (index, sample, engine times in wall ns) the moment it finishes, as
         a serving engine returns a request: ``queued``, ``scheduled``, ``first_token``,
-        ``last_token``."""
+        ``last_token``. ``on_iteration(running, waiting, prompt_tokens, new_tokens, kv_tokens)``
+        is told every engine iteration (what a serving engine's scheduler stats carry)."""
         arrival = time.time_ns()
         seqs = [Sample(tokens=list(p), rollout_log_probs=[], weight_version=self.version) for p in prompts]
         times = [{"queued": arrival} for _ in prompts]
         waiting = list(range(len(prompts)))[::-1]
         running: list[int] = []
         while waiting or running:
+            prefilled = 0
             while waiting and len(running) < max_running:
                 i = waiting.pop()
                 times[i]["scheduled"] = time.time_ns()
                 running.append(i)
-            self.decode_step([seqs[i] for i in running], rng)  # one engine iteration for the batch
+                prefilled += len(prompts[i])
+            new = self.decode_step([seqs[i] for i in running], rng)  # one engine iteration for the batch
+            if on_iteration is not None:
+                kv = sum(len(seqs[i].tokens) for i in running)
+                on_iteration(len(running), len(waiting), prefilled, new, kv)
             now = time.time_ns()
             still = []
             for i in running:

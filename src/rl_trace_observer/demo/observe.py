@@ -37,7 +37,7 @@ def finish() -> None:
     rl_insight.finish()
     rec = get_recorder()
     if rec is not None:
-        rec.write_record()
+        rec.flush()  # the demo collects right after: every event and the record on disk first
 
 
 @contextlib.contextmanager
@@ -53,6 +53,13 @@ def gauge(name: str, value: float, **labels: Any) -> None:
     import rl_insight
 
     rl_insight.metric_gauge(name, float(value), **labels)
+
+
+def profiling(on: bool) -> None:
+    """A profiled step begins (``True``) or ends here: the node's metric sampler samples faster."""
+    from ..capture.sampler import mark_profiling
+
+    mark_profiling(on)
 
 
 def artifact_dir(kind: str) -> Path:

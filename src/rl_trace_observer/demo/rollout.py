@@ -5,6 +5,10 @@ Generation serves one request per sample with continuous batching and hands each
 streaming generator) as it finishes; every request gets a server span through the same capture API
 VERL's rollout servers use (:mod:`...capture.requests`), with the engine's queue / prefill / decode
 times, and the weight sync its ``load_weights`` phase and the new ``weight_version``.
+Like a vLLM server with stats on, each replica serves ``/metrics`` with vLLM's metric names
+(:mod:`...testing.vllm_metrics`, prometheus_client's own HTTP server): running / waiting requests and
+KV-cache use per engine iteration, prompt / generation token counters, the per-request latency
+histograms; the driver registers the endpoints the way VERL does (``rl_insight.update_prometheus_config``).
 In a profiled step VizTracer records the replica's Python call stacks (weight load and every
 engine iteration) and the file is saved with VizTracer's Python API, whose metadata carries the
 ``baseTimeNanoseconds`` anchor the merger needs, then registered in the process record.
@@ -18,8 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..capture import requests as rq
+from ..testing.vllm_metrics import VllmMetrics
 from . import observe
-from .model import DemoConfig, PolicyEngine, Sample, Weights, prompts_for
+from .model import PROMPT_LEN, DemoConfig, PolicyEngine, Sample, Weights, prompts_for
 
 
 class RolloutWorker:
@@ -32,10 +37,25 @@ class RolloutWorker:
         self.engine = PolicyEngine()
         self._tracer: Any = None
         self._profiled_step: int | None = None
+        self.metrics = VllmMetrics(model_name="demo-policy", engine="0")
         observe.start("rollout", replica=replica, world_size=config.rollouts)
 
     def ready(self) -> int:
         return os.getpid()
+
+    def metrics_address(self) -> str:
+        """Start serving ``/metrics`` and return its ``host:port`` (a vLLM server's address)."""
+        return self.metrics.serve("127.0.0.1", 0)
+
+    def _iteration(self, running: int, waiting: int, prompt_tokens: int, new_tokens: int, kv: int) -> None:
+        capacity = self.config.max_running * (PROMPT_LEN + self.config.max_new_tokens)
+        self.metrics.iteration(
+            running=running,
+            waiting=waiting,
+            kv_usage=kv / capacity,
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
+        )
 
     def start_profile(self, step: int) -> None:
         from viztracer import VizTracer
@@ -90,7 +110,9 @@ class RolloutWorker:
                 rq.begin_server(rid, replica=self.replica, prompt_tokens=len(p), version=self.engine.version)
                 for rid, p in zip(request_ids, prompts, strict=True)
             ]
-            stream = self.engine.generate_stream(prompts, cfg.max_new_tokens, rng, cfg.max_running)
+            stream = self.engine.generate_stream(
+                prompts, cfg.max_new_tokens, rng, cfg.max_running, on_iteration=self._iteration
+            )
             for i, sample, t in stream:
                 sample.replica = self.replica
                 sample.meta["request_id"] = request_ids[i]
@@ -98,8 +120,23 @@ class RolloutWorker:
                 tokens += new
                 phases = rq.EnginePhases(t["queued"], t["scheduled"], t["first_token"], t["last_token"])
                 rq.end_server(served[i], phases=phases, response_tokens=new, status="completed")
+                self._finished(t, len(prompts[i]), new)
                 yield sample
+            self._iteration(0, 0, 0, 0, 0)  # the batch is done: nothing runs or waits
         observe.gauge("rollout/generated_tokens", tokens, replica=str(self.replica), step=str(step))
+
+    def _finished(self, t: dict[str, int], prompt_tokens: int, new_tokens: int) -> None:
+        s = 1e-9
+        self.metrics.finished(
+            reason="length" if new_tokens >= self.config.max_new_tokens else "stop",
+            queue_s=(t["scheduled"] - t["queued"]) * s,
+            prefill_s=(t["first_token"] - t["scheduled"]) * s,
+            decode_s=(t["last_token"] - t["first_token"]) * s,
+            ttft_s=(t["first_token"] - t["queued"]) * s,
+            e2e_s=(t["last_token"] - t["queued"]) * s,
+            prompt_tokens=prompt_tokens,
+            generation_tokens=new_tokens,
+        )
 
     def shutdown(self) -> None:
         self.stop_profile()

@@ -57,6 +57,11 @@ def capture_env(run_dir: Path, run_id: str) -> dict[str, str]:
         "RL_TRACE_OUTPUT_DIR": str(run_dir),
         "RL_TRACE_RUN_ID": run_id,
         "RL_INSIGHT_SERVER_URL": "local://rl-trace-observer",
+        "RL_TRACE_METRICS": "1",  # the node's metric sampler: engine /metrics, GPUs, host
+        "RL_TRACE_METRICS_INTERVAL_S": "0.1",  # the demo's steps last ~0.3 s: sample at 10 Hz
+        # its replicas generate in pure Python, so their /metrics thread waits for the GIL: on a
+        # loaded machine a page can take longer than the default 0.5 s
+        "RL_TRACE_METRICS_TIMEOUT_S": "2",
         "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
     }
 
@@ -80,6 +85,7 @@ def _patched_environ(values: dict[str, str]) -> Iterator[None]:
 def _driver_capture() -> Iterator[None]:
     """The driver's recorder and RL-Insight registration exist only for the demo's duration."""
     from ..capture import reset
+    from ..capture.sampler import leave
     from ..integrations.rl_insight import uninstall
 
     reset()
@@ -87,6 +93,7 @@ def _driver_capture() -> Iterator[None]:
         yield
     finally:
         reset()
+        leave()  # the sampler stops once the actors are gone too
         uninstall()
 
 

@@ -64,10 +64,13 @@ class _StepSets:
         self.sync, self.gen, self.train = iv.union(sync), iv.union(gen), iv.union(train)
 
 
-def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) -> dict[str, int]:
+def _cause_sets(
+    lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow
+) -> dict[str, list[iv.Interval]]:
+    """The lane's idle time in ``w`` as intervals per cause (the first cause that holds wins)."""
     kind = kinds[lane]
     rest = iv.subtract([(w.start_ns, w.end_ns)], sets.work[lane])
-    out = dict.fromkeys(CAUSES, 0)
+    out: dict[str, list[iv.Interval]] = {c: [] for c in CAUSES}
     peers = iv.union(
         i for other, ints in sets.work.items() if other != lane and other[0] == lane[0] for i in ints
     )
@@ -85,10 +88,28 @@ def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) 
         steps.append(("waiting_for_trainer", sets.train))
     steps += [("waiting_for_peers", peers), ("unexplained", others)]
     for cause, blocker in steps:
-        hit = iv.intersect(rest, blocker)
-        out[cause] += iv.length(hit)
+        out[cause] += iv.intersect(rest, blocker)
         rest = iv.subtract(rest, blocker)
-    out["driver"] = iv.length(rest)
+    out["driver"] = rest
+    return out
+
+
+def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) -> dict[str, int]:
+    return {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
+
+
+def cause_intervals(
+    spans: list[WorkSpan], windows: list[StepWindow]
+) -> dict[Lane, dict[str, list[iv.Interval]]]:
+    """Per lane, each cause's idle intervals over every step (what the GPU answers intersect)."""
+    lanes = by_lane(spans)
+    kinds = lane_kinds(lanes)
+    out: dict[Lane, dict[str, list[iv.Interval]]] = {lane: {c: [] for c in CAUSES} for lane in kinds}
+    for w in windows:
+        sets = _StepSets(lanes, w, kinds)
+        for lane in kinds:
+            for c, ints in _cause_sets(lane, kinds, sets, w).items():
+                out[lane][c] += ints
     return out
 
 

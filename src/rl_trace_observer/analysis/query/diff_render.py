@@ -14,6 +14,17 @@ MAX_TERMINAL_ROWS = 40
 
 def _cells(row: dict[str, Any]) -> list[str]:
     pct = f"{row['delta_pct']:+.1f}%" if row["delta_pct"] is not None else "new"
+    if row.get("unit", "ns") != "ns":  # a metric sampler series, in its own unit
+        unit = f" {row['unit']}"
+        return [
+            row["key"],
+            f"{row['a']:.4g}{unit}",
+            f"{row['b']:.4g}{unit}",
+            f"{row['delta']:+.4g}",
+            pct,
+            f"±{row['noise']:.3g}",
+            verdict(row),
+        ]
     sign = "+" if row["delta_ns"] > 0 else ""
     return [
         row["key"],
@@ -29,7 +40,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
 def verdict(row: dict[str, Any]) -> str:
     """``noise`` inside the band, ``CHANGED`` outside it; with one step on a side there is no band
     (no spread to estimate it from), so only an exact tie is ``same``."""
-    if row["delta_ns"] == 0:
+    if row["delta"] == 0:
         return "same"
     if not row.get("noise_known", True):
         return "no band"
@@ -59,7 +70,7 @@ def terminal(result: dict[str, Any], limit: int = MAX_TERMINAL_ROWS, width: int 
         left=(0, 6),
         short={0: "series", 5: "noise"},
         drop=(3, 1),
-        styles=["" if verdict(r) != "CHANGED" else ("red" if r["delta_ns"] > 0 else "green") for r in rows],
+        styles=["" if verdict(r) != "CHANGED" else ("red" if r["delta"] > 0 else "green") for r in rows],
     )
     return Group(plain_table(plain, width < COMPACT_BELOW, width), Text(CAPTION, style="dim"))
 

@@ -6,13 +6,18 @@
 Tables (docs/FORMATS.md §11):
 
 - ``spans``: every row of the span shards, the columns of docs/FORMATS.md §6, as written;
-- ``steps``: ``step, start_ns, end_ns, dur_ns`` — the report's step windows (its own code decides
-  them from the same rows, so step numbers and bounds agree with ``rl-trace report``);
-- ``stage_spans``: the report's stage spans (RL-Insight/VERL slices that are not step markers) with
-  ``stage`` (the stage table's category), ``lane`` (RL-Insight's lane), ``end_ns`` and ``step`` (the
-  window the span starts in);
+- ``samples``: the metric sampler's counter tracks (docs/metrics.md), one row per point —
+  ``host``, ``pid``/``role`` (the process the track is under: the replica's server, the process using
+  a GPU, the sampler for ``Host``/``TransferQueue``), ``device`` (``GPU 0``, ``Host``, …), ``step``
+  (the report's step window the point falls in: naming ``samples`` builds ``steps`` too),
+  ``track`` (the Perfetto track name), ``metric`` (its family), ``kind`` (gauge, rate, mean, p50,
+  p99), ``labels`` (the ``k=v,…`` the track name carries), ``ts_ns``, ``value``;
 - ``trace``: one row, ``base_ns`` (the merged trace's time origin: ``ts_ns - base_ns`` is the time
   the trace file shows) and ``source``;
+- the report's own rows (:mod:`.report_tables`, built only when a query names them): ``steps``
+  (its step windows), ``stage_spans`` (its stage spans with ``stage``, ``lane`` and ``step``),
+  ``kernels`` (one row per Kineto GPU event with its step, stage and launch) and ``gpu_time``
+  (its ``gpu.rows``: busy, compute, comm, memory, overlap, idle and its split);
 - macro ``stage(name)``: the stage table (analysis/report/stages.py) as SQL.
 
 Where the rows come from: span shards as they are (a directory, or the ``--shards`` directory a merge
@@ -26,16 +31,17 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ...merge.shards.dataset import Shards
 from ...merge.shards.layout import is_shards_dir
-from ..report.compute import step_windows
 from ..report.inputs import InputError, resolve
-from ..report.load import Span
-from ..report.stages import STAGE_TABLE, STEP
+from ..report.load import TraceData, load_trace
+from ..report.shards import load_shards
+from ..report.stages import STAGE_TABLE
+from . import report_tables
 
 __all__ = ["EXAMPLES", "SqlError", "open_run", "stage_macro"]
 
@@ -85,27 +91,25 @@ def stage_macro() -> str:
     return f"CREATE MACRO stage(name) AS CASE {cases} ELSE 'other' END"
 
 
-_STAGE_WHERE = (
-    "ph = 'X' AND (category LIKE 'rl_insight%' OR category LIKE 'verl%' "
-    "OR json_extract_string(args, '$.state_lane_id') IS NOT NULL)"
-)
-
-
 @contextlib.contextmanager
-def open_run(path: str | Path) -> Iterator[Any]:
-    """A DuckDB connection with the tables above, for ``path`` (see the module docstring)."""
+def open_run(path: str | Path, tables: Iterable[str] | None = None) -> Iterator[Any]:
+    """A DuckDB connection with the tables above, for ``path`` (see the module docstring);
+    ``tables``: which of the report's tables to build (default: all)."""
     db = duckdb()
-    with _parquet_files(Path(path)) as (files, base_ns, source):
+    wanted = set(report_tables.TABLES if tables is None else tables)
+    with _parquet_files(Path(path)) as (files, base_ns, source, load):
         con = db.connect()
         try:
             _tables(con, files, base_ns, source)
+            report_tables.create(con, load, base_ns, _run_of(source), wanted)
+            _samples_view(con, "steps" in wanted)
             yield con
         finally:
             con.close()
 
 
 @contextlib.contextmanager
-def _parquet_files(p: Path) -> Iterator[tuple[list[str], int, str]]:
+def _parquet_files(p: Path) -> Iterator[tuple[list[str], int, str, Callable[[], TraceData]]]:
     if p.is_dir() and is_shards_dir(p):
         yield _of_shards(p)
         return
@@ -122,7 +126,7 @@ def _parquet_files(p: Path) -> Iterator[tuple[list[str], int, str]]:
         tmp = Path(tempfile.mkdtemp(prefix="rl-trace-sql-"))
         try:
             base_ns = convert(p, tmp / "spans.parquet")
-            yield [str(tmp / "spans.parquet")], base_ns, f"{p} (converted)"
+            yield [str(tmp / "spans.parquet")], base_ns, f"{p} (converted)", lambda: load_trace(p)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return
@@ -157,12 +161,21 @@ def _manifest_shards(manifest: Path) -> Path | None:
     return Path(folder) if isinstance(folder, str) and is_shards_dir(folder) else None
 
 
-def _of_shards(root: Path) -> tuple[list[str], int, str]:
+def _of_shards(root: Path) -> tuple[list[str], int, str, Callable[[], TraceData]]:
     try:
         shards = Shards.open(root)
     except ValueError as exc:
         raise SqlError(str(exc)) from None
-    return [str(p) for p in shards.paths()], shards.base_ns, str(root)
+    return [str(p) for p in shards.paths()], shards.base_ns, str(root), lambda: load_shards(root)
+
+
+def _run_of(source: str) -> str | None:
+    """The run id when the shards hold exactly one run (the report's rows do not keep it per row)."""
+    try:
+        runs = Shards.open(source).doc.get("runs") or []
+    except (ValueError, OSError):
+        return None
+    return str(runs[0]) if len(runs) == 1 else None
 
 
 def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
@@ -180,42 +193,20 @@ def _tables(con: Any, files: list[str], base_ns: int, source: str) -> None:
     con.execute(
         f"CREATE TABLE trace AS SELECT {int(base_ns)}::BIGINT AS base_ns, '{_quote(source)}' AS source"
     )
-    _steps(con)
+
+
+def _samples_view(con: Any, steps: bool) -> None:
+    """The metric sampler's points; ``step`` from the report's ``steps`` when they were built."""
+    step, join = "NULL::BIGINT", ""
+    if steps:
+        step, join = "w.step", "LEFT JOIN steps w ON s.ts_ns >= w.start_ns AND s.ts_ns < w.end_ns"
     con.execute(
-        f"""CREATE VIEW stage_spans AS
-        SELECT s.run, s.host, s.pid, s.role, s.rank, w.step,
-               coalesce(json_extract_string(s.args, '$.state_lane_id'), s.lane) AS lane,
-               s.name, stage(s.name) AS stage, s.category, s.ts_ns, s.dur_ns, s.ts_ns + s.dur_ns AS end_ns,
-               s.source, s.args
-        FROM spans s
-        LEFT JOIN steps w ON s.ts_ns >= w.start_ns AND s.ts_ns < w.end_ns
-        WHERE {_STAGE_WHERE} AND stage(s.name) <> '{STEP}'"""
+        f"""CREATE VIEW samples AS
+        SELECT s.run, s.host, s.pid, s.role, s.device, {step} AS step, s.name AS track,
+               regexp_extract(s.name, '^([^ {{]+)', 1) AS metric,
+               substr(s.category, length('metrics.') + 1) AS kind,
+               nullif(regexp_extract(s.name, '\\{{([^{{}}]*)\\}}$', 1), '') AS labels,
+               s.ts_ns, CAST(json_extract(s.args, '$.value') AS DOUBLE) AS value, s.artifact
+        FROM spans s {join}
+        WHERE s.ph = 'C' AND s.category LIKE 'metrics.%'"""
     )
-
-
-def _steps(con: Any) -> None:
-    """The report's step windows, by the report's own code, over the marker rows."""
-    import orjson
-
-    rows = con.execute(
-        "SELECT name, category, ts_ns, dur_ns, args FROM spans "
-        f"WHERE {_STAGE_WHERE} AND stage(name) = '{STEP}'"
-    ).fetchall()
-    markers = []
-    for name, category, ts_ns, dur_ns, args in rows:
-        span = Span(name, category or "", None, None, ts_ns, max(dur_ns or 0, 0))
-        try:
-            parsed = orjson.loads(args) if args else {}
-        except orjson.JSONDecodeError:
-            parsed = {}
-        span.args = parsed if isinstance(parsed, dict) else {}
-        markers.append(span)
-    windows = step_windows(markers)
-    con.execute("CREATE TABLE steps (step BIGINT, start_ns BIGINT, end_ns BIGINT, dur_ns BIGINT)")
-    if windows:
-        values = ", ".join(
-            f"({'NULL' if w.step is None else int(w.step)}, {int(w.start_ns)}, {int(w.end_ns)}, "
-            f"{int(w.end_ns - w.start_ns)})"
-            for w in windows
-        )
-        con.execute(f"INSERT INTO steps VALUES {values}")

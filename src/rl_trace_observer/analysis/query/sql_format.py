@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from .report_tables import named_in
 from .sql import SqlError, open_run
 
 __all__ = ["Result", "query", "to_csv", "to_json", "to_rich"]
@@ -24,7 +25,7 @@ class Result:
 
 def query(path: str, sql: str) -> Result:
     """Run ``sql`` on ``path``'s span table; a bad query raises ``SqlError`` with DuckDB's message."""
-    with open_run(path) as con:
+    with open_run(path, tables=named_in(sql)) as con:
         import duckdb
 
         notes = []

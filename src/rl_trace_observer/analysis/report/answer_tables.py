@@ -94,7 +94,7 @@ def _arrivals(arrivals: dict[str, Any], limit: int) -> PlainTable | None:
 
 def _path_text(segments: list[dict[str, Any]]) -> str:
     parts = [
-        f"{s['name']}@{s['lane']} {fmt_ns(s['dur_ns'])}"
+        f"{s['name']}@{s['lane']} {fmt_ns(s['dur_ns'])}" + (" [GPU-bound]" if s.get("bound") == "gpu" else "")
         for s in segments
         if s["stage"] != "gap" and s["dur_ns"] >= 0.02 * max(1, sum(x["dur_ns"] for x in segments))
     ]

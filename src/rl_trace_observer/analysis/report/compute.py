@@ -1,7 +1,7 @@
 """Where each step's time went: the report's numbers, computed once into a versioned JSON summary.
 
 Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
-``rl-trace-report/3``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
+``rl-trace-report/4``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
 all present, so the three never disagree. All durations are exact integer nanoseconds on the
 merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
 
@@ -29,10 +29,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ...merge.timeline.steps import as_int, marker, windows_from_markers
+from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, WorkSpan, answer_sections
 from ..answers import intervals as iv
 from ..answers.verl_metrics import metric_check
+from ..gpu import section as gpu_section
+from ..gpu.answers import gpu_answers
+from ..gpu.attribute import StageSpan
+from .identity import STAGE_CATS, lane_of, process_identity, process_role
 from .load import Span, TraceData
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
@@ -45,18 +49,25 @@ from .stages import (
     TRAINING_CATEGORIES,
     WORK_CATEGORIES,
     classify,
+    guessable,
+    marker_number,
     marker_priority,
 )
+from .telemetry import METRICS_CAT, telemetry_section
+from .windows import Window, process_windows, step_windows
 
-SCHEMA = "rl-trace-report/3"
-STAGE_CATS = ("rl_insight", "verl")
+SCHEMA = "rl-trace-report/4"
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
 MAX_METRICS = 200
-SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, ``critical_path``: see
-:mod:`rl_trace_observer.analysis.answers` and docs/FORMATS.md §10; /2 added ``rollout``):
-{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source, loader,
-  unmatched_ends, dropped_events, manifest, merged_by_report},
+SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.analysis.gpu`, docs/FORMATS.md
+§10, and ``telemetry``: the metric sampler's engines, GPUs and hosts; /3 was /2 plus ``idle``,
+``goodput``, ``arrivals``, ``critical_path``: see :mod:`rl_trace_observer.analysis.answers`; /2
+added ``rollout``):
+{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | names |
+  none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
+  dropped_events, manifest, merged_by_report, read_error (only when the file could not be read as
+  it is and was merged first)},
  stage_table[{category, pattern}], categories[],
  steps[{step, start_ns, end_ns, dur_ns, profiled, mode,
         ranks[{role, lane, time_ns{<category>|idle: int}, busy_ns}],
@@ -68,7 +79,7 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
  metrics[{name, steps[{step, mean, last, min, max, count}]}],
  gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
  clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
-  problems, problem_count, missing, counts} | null,
+  problems, problem_count, missing, counts, metrics[<manifest metrics entry>]} | null,
  rollout{requests, validation_requests, client_spans, server_spans, linked, tail_quantile,
   steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
@@ -91,7 +102,20 @@ SCHEMA_DOC = """rl-trace-report/3 (/2 plus ``idle``, ``goodput``, ``arrivals``, 
                 segments_total, by_stage_ns{<stage>|gap: int}, what_if[{stage, on_path_ns, share_pct,
                 saving_ns{"10"|"25"|"50": int}}]}],
  metric_check{threshold_pct, disagreements, rows[{metric, step, unit (ns | ratio), verl, ours, diff_pct,
-              disagree}]} | null}.
+              disagree}]} | null,
+ gpu{kernels, untracked_events, rules{launch, window}, no_stage, no_step, kinds{}, kernel_wait_below_ns,
+     rows[{scope, step, role, rank, host, device, stage, kernels, span_ns, wall_ns, busy_ns, compute_ns,
+           comm_ns, memory_ns, overlap_ns, idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns,
+           launch_delay_p50_ns, launch_delay_p95_ns, launch_delay_max_ns}],
+     devices[{role, rank, host, device, streams[], top_kernels[]}], top_kernels[],
+     idle_while[{step, role, rank, device, gpu_idle_ns, while_ns{}}]} | null,
+ telemetry{engines[{step, replica, process, running_mean, running_max, waiting_mean, waiting_max,
+                    kv_cache_max, preemptions, prompt_tokens{,_low,_high,_per_s},
+                    generation_tokens{,_low,_high,_per_s}, span_prompt_tokens, span_generation_tokens,
+                    span_generation_tokens_per_s, disagrees}],
+           gpus[{step, role, stage, mean, max, spans, memory_max_bytes}],
+           host_cpu[{step, role, stage, mean, max, spans}], gpu_note, slack_pct} | null
+           (the metric sampler's tracks: :mod:`.telemetry`, docs/metrics.md)}.
 Additive changes keep the version; renames or removals bump it."""
 
 
@@ -99,53 +123,6 @@ Additive changes keep the version; renames or removals bump it."""
 class Who:
     role: str
     lane: str
-
-
-@dataclass
-class Window:
-    step: int | None
-    start_ns: int
-    end_ns: int
-    profiled: bool = False
-    mode: str | None = None
-
-
-# ------------------------------------------------------------------------------------- identity
-_LABEL_ROLE = re.compile(r"^([A-Za-z][\w.-]*)(?:\s+(?:rank|replica)\s+\d+)?(?:\s+\(.*\))?$")
-
-
-def process_role(data: TraceData, pid: Any) -> str:
-    """The role of a merged process: its ``role`` arg, else the role word of its merged label."""
-    args = data.process_args.get(pid) or {}
-    if isinstance(args.get("role"), str) and args["role"]:
-        return str(args["role"])
-    parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
-    for part in parts[2:] if len(parts) > 2 else parts:
-        m = _LABEL_ROLE.match(part)
-        if m and not part.startswith(("pid ", "clock", "rank ", "replica ")):
-            return m.group(1)
-    return "unknown"
-
-
-def lane_of(data: TraceData, span: Span) -> str:
-    lane = span.args.get("state_lane_id")
-    if lane is not None:
-        return str(lane)
-    name = data.thread_names.get((span.pid, span.tid))
-    if name:
-        return name.rsplit("·", 1)[-1].strip()
-    return f"tid {span.tid}"
-
-
-# --------------------------------------------------------------------------------------- windows
-def step_windows(markers: list[Span]) -> list[Window]:
-    """Windows from the preferred kind of step marker; overlapping markers join (per-rank copies).
-
-    The rule is the merge's (:mod:`...merge.timeline.steps`): span shards give each row the same step."""
-    found = [
-        marker(p, m.start_ns, m.end_ns, m.args) for m in markers if (p := marker_priority(m.name)) is not None
-    ]
-    return [Window(w.step, w.start_ns, w.end_ns, w.profiled, w.mode) for w in windows_from_markers(found)]
 
 
 # ------------------------------------------------------------------------------------ per step
@@ -278,6 +255,8 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
+        if c.cat.startswith(METRICS_CAT):  # sampled engine/GPU/host tracks: the telemetry section
+            continue
         step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
@@ -332,23 +311,75 @@ def gantt(idx: _Index, windows: list[Window]) -> dict[str, Any] | None:
 
 
 def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
+    """RL-Insight's spans when the trace has any; else the spans :func:`.stages.guessable` lets
+    stand for stages and steps (``names``), or none at all (``none``)."""
     tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
     if tagged:
         return tagged, "rl_insight"
-    return [s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX)], "names"
+    guessed = [
+        s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX) and guessable(s.name, s.cat)
+    ]
+    return guessed, "names" if any(classify(s.name) != STEP for s in guessed) else "none"
 
 
-def build_summary(
-    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+def _guesses(data: TraceData, spans: list[Span], source: str) -> dict[str, Any] | None:
+    """What a trace without RL-Insight spans was read as: the names taken, and those refused."""
+    if source == "rl_insight":
+        return None
+    taken = sorted({s.name for s in spans})
+    refused = sorted({s.name for s in data.spans if s.name not in taken and classify(s.name) != "other"})
+    return {
+        "names": {n: classify(n) for n in taken[:MAX_METRICS]},
+        "refused": refused[:20],
+        "refused_total": len(refused),
+    }
+
+
+def _steps_from(markers: list[Span], source: str) -> str | None:
+    if source == "rl_insight" or not markers:
+        return None
+    best = min(markers, key=lambda m: marker_priority(m.name) or 0)
+    return "ProfilerStep#N" if marker_number(best.name) is not None else best.name
+
+
+@dataclass
+class Model:
+    """What every report figure (and ``rl-trace sql``'s report tables) is computed from."""
+
+    spans: list[Span]
+    source: str
+    markers: list[Span]
+    work: list[Span]
+    windows: list[Window]
+    idx: _Index
+    gpu: gpu_section.GpuResult
+
+
+def model(data: TraceData) -> Model:
     spans, source = _stage_spans(data)
     markers = [s for s in spans if classify(s.name) == STEP]
     work = [s for s in spans if classify(s.name) != STEP]
     windows = step_windows(markers)
     if not windows and work:
         windows = [Window(None, min(s.start_ns for s in work), max(s.end_ns for s in work))]
-    idx = _Index(data, work)
+    gpu = gpu_section.analyze(
+        data.gpu,
+        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work],
+        process_windows(markers, windows),
+        who=lambda pid: process_identity(data, pid),
+        process_names=data.process_names,
+        merged=bool(data.metadata.get("rl_trace_observer")) or data.mode == "shards",
+    )
+    return Model(spans, source, markers, work, windows, _Index(data, work), gpu)
+
+
+def build_summary(
+    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+    m = model(data)
+    spans, source, markers, work, windows, idx = m.spans, m.source, m.markers, m.work, m.windows, m.idx
     steps = []
     for w in windows:
         ranks = _rank_rows(idx, w)
@@ -370,6 +401,14 @@ def build_summary(
     answers = answer_sections(rows, answer_windows)
     metric_rows = metrics(data, windows)
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
+    rollout = rollout_section(
+        data.spans,
+        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+    )
+    gpu = gpu_section.section(m.gpu, data.gpu.untracked)
+    if gpu is not None:
+        gpu["idle_while"] = gpu_answers(rows, m.gpu.windows, m.gpu, answers["critical_path"])
     return {
         "schema": SCHEMA,
         "source": {
@@ -379,6 +418,8 @@ def build_summary(
             "stage_spans": len(work),
             "step_markers": len(markers),
             "stage_source": source,
+            "guessed": _guesses(data, spans, source),
+            "steps_from": _steps_from(markers, source),
             "loader": data.mode,
             "unmatched_ends": data.unmatched_ends,
             "dropped_events": data.dropped,
@@ -393,12 +434,17 @@ def build_summary(
         "gantt": gantt(idx, windows),
         "clock": clock,
         "artifacts": artifacts,
-        "rollout": rollout_section(
-            data.spans,
-            [(w.step, w.start_ns, w.end_ns) for w in windows],
-            [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+        "rollout": rollout,
+        "telemetry": telemetry_section(
+            data.counters,
+            data.process_names,
+            answer_windows,
+            rows,
+            rollout,
+            (artifacts or {}).get("metrics") or [],
         ),
         **answers,
+        "gpu": gpu,
     }
 
 

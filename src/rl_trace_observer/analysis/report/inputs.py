@@ -221,4 +221,7 @@ def artifacts_section(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
         "problem_count": len(problems),
         "missing": sum(1 for p in problems if p["kind"] == "missing"),
         "counts": manifest.get("counts") or {},
+        "metrics": [  # what each metric sampler sampled (GPUs found or why not, targets, outages)
+            a["metrics"] for a in manifest.get("artifacts") or [] if isinstance(a, dict) and "metrics" in a
+        ][:MAX_LISTED],
     }

@@ -21,30 +21,31 @@ from .shards import load_shards
 __all__ = ["summarize", "write_outputs"]
 
 
-def summarize(path: str | Path, *, manifest: str | Path | None = None) -> dict[str, Any]:
-    """Read a merged trace (and its manifest), or merge a run directory first; return the summary.
+def summarize(path: str | Path, *, manifest: str | Path | None = None, gpu: bool = True) -> dict[str, Any]:
+    """Read a merged trace (and its manifest), or merge a run directory first; return the summary
+    (``gpu=False``: without the GPU section, the benchmark's baseline).
 
     A file that cannot be read as it is (cut short, not one JSON document) is merged first: the
     summary then covers what the merger kept, ``source.read_error`` says why, and its artifacts
     section names the cut."""
     try:
         with resolve(path, manifest) as src:
-            return _summarize(src)
+            return _summarize(src, gpu)
     except TraceError as exc:
         if not Path(path).is_file():
             raise
         error = str(exc)
     try:
         with merged_first(Path(path)) as src:
-            summary = _summarize(src)
+            summary = _summarize(src, gpu)
     except InputError:
         raise TraceError(error) from None  # not a trace at all: the reader's own words
     summary["source"]["read_error"] = error
     return summary
 
 
-def _summarize(src: ResolvedInput) -> dict[str, Any]:
-    data = load_shards(src.shards) if src.shards is not None else load_trace(src.trace)
+def _summarize(src: ResolvedInput, gpu: bool = True) -> dict[str, Any]:
+    data = load_shards(src.shards, gpu) if src.shards is not None else load_trace(src.trace, gpu=gpu)
     summary = build_summary(
         data,
         clock=clock_section(src.manifest, data.metadata),

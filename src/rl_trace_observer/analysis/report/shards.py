@@ -11,6 +11,7 @@ the same merge (a test checks it on the demo run).
 from __future__ import annotations
 
 import heapq
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,14 @@ import orjson
 
 from ...merge.shards.arrow import compute
 from ...merge.shards.dataset import Shards
+from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from .load import LONGEST_KEPT, STAGE_CATEGORIES, Counter, Span, TraceData, split_labels
 from .stages import OTHER, classify
 
 _COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid", "job", "ordinal"]
 
 
-def load_shards(root: str | Path) -> TraceData:
+def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
     shards = Shards.open(root)
     data = TraceData(path=str(root), mode="shards")
     data.metadata = {
@@ -44,7 +46,7 @@ def load_shards(root: str | Path) -> TraceData:
     begins_ends: list[dict[str, Any]] = []
     known: dict[str, bool] = {}
     for table in shards.scan([*_COLUMNS, "args"]):
-        _part(table, base, known, kept, counters, longest, begins_ends, data)
+        _part(table, base, known, kept, counters, longest, begins_ends, data, gpu)
     _pair(begins_ends, base, known, kept, longest, data)
     data.spans = [s for _, _, s in sorted(kept, key=lambda k: k[:2])]
     data.counters = [c for _, _, cs in sorted(counters, key=lambda k: k[:2]) for c in cs]
@@ -85,6 +87,7 @@ def _part(
     longest: list[tuple[int, int, int, Span]],
     begins_ends: list[dict[str, Any]],
     data: TraceData,
+    gpu: bool = True,
 ) -> None:
     pc = compute()
     ph = table.column("ph")
@@ -102,9 +105,155 @@ def _part(
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
+    if gpu:
+        _gpu(slices, base, data)
     for row in table.filter(pc.equal(ph, "C")).to_pylist():
         counters.append((row["job"], row["ordinal"], _counters(row, base)))
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
+
+
+_STREAM = r'"stream"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+_CORRELATION = r'"correlation"\s*:\s*(?P<v>-?\d+)\s*[,}]'
+
+
+def _arg_ints(table: Any, pattern: str) -> list[Any]:
+    """An integer ``args`` key of every row, read with Arrow (None where absent or not an int)."""
+    import pyarrow as pa
+
+    pc = compute()
+    found = pc.extract_regex(pc.fill_null(table.column("args"), ""), pattern)
+    return pc.cast(pc.struct_field(found, "v"), pa.int64()).to_pylist()  # type: ignore[no-any-return]
+
+
+def _gpu(slices: Any, base: int, data: TraceData) -> None:
+    """Kineto kernels and launches of one part into the report's kernel store (as the JSON loader:
+    the same ``args.stream`` / ``args.correlation``, read by regular expression in Arrow)."""
+    pc = compute()
+    cats = slices.column("category")
+    kernels = slices.filter(pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(GPU_CATEGORIES))), False))
+    launches = slices.filter(
+        pc.fill_null(pc.is_in(cats, value_set=_strings(sorted(LAUNCH_CATEGORIES))), False)
+    )
+    from ..gpu.loops import native
+
+    loops = native()
+    if hasattr(loops, "arg_ints"):  # the compiled twin: columns straight from Arrow's buffers
+        try:
+            fast = (
+                _fast_kernels(loops, kernels, base, data.gpu),
+                _fast_launches(loops, launches, base, data.gpu),
+            )
+        except _NotFast:
+            pass
+        else:
+            for apply in fast:
+                apply()
+            return
+    if kernels.num_rows:
+        pid, tid, ts, dur, name, cat = (
+            c.to_pylist()
+            for c in (kernels.column("trace_pid"), kernels.column("trace_tid"),
+                      pc.subtract(kernels.column("ts_ns"), base), pc.fill_null(kernels.column("dur_ns"), 0),
+                      pc.fill_null(kernels.column("name"), ""), kernels.column("category"))
+        )  # fmt: skip
+        streams, corrs = _arg_ints(kernels, _STREAM), _arg_ints(kernels, _CORRELATION)
+        data.gpu.extend_kernel_ids(pid, tid, ts, dur, name, cat, streams, corrs)
+    if launches.num_rows:
+        corrs = _arg_ints(launches, _CORRELATION)
+        data.gpu.extend_launch_ids(
+            launches.column("trace_pid").to_pylist(), launches.column("trace_tid").to_pylist(),
+            pc.subtract(launches.column("ts_ns"), base).to_pylist(),
+            pc.fill_null(launches.column("dur_ns"), 0).to_pylist(), corrs,
+        )  # fmt: skip
+
+
+def _int_columns(table: Any, base: int) -> list[array]:  # type: ignore[type-arg]
+    pc = compute()
+    ts, dur = pc.subtract(table.column("ts_ns"), base), pc.fill_null(table.column("dur_ns"), 0)
+    return [_q(table.column("trace_pid")), _q(table.column("trace_tid")), _q(ts), _q(dur)]
+
+
+class _NotFast(Exception):
+    """A part the fast path does not take as it is (nulls, wide offsets, a huge integer): the
+    reference path reads it."""
+
+
+def _q(column: Any) -> array:  # type: ignore[type-arg]
+    """An int64 column without nulls as ``array('q')``, from Arrow's buffers (no Python ints)."""
+    import pyarrow as pa
+
+    out = array("q")
+    for chunk in getattr(column, "chunks", [column]):
+        if chunk.type != pa.int64() or chunk.null_count:
+            raise _NotFast
+        if len(chunk):
+            out.frombytes(memoryview(chunk.buffers()[1])[chunk.offset * 8 : (chunk.offset + len(chunk)) * 8])
+    return out
+
+
+def _fast_args(loops: Any, table: Any, key: bytes) -> array:  # type: ignore[type-arg]
+    """:func:`_arg_ints` of ``key`` in C over the args strings (-1: none or negative)."""
+    import pyarrow as pa
+
+    out = array("q")
+    for chunk in compute().fill_null(table.column("args"), "").chunks:
+        if chunk.type != pa.string():
+            raise _NotFast
+        _, offsets, body = chunk.buffers()
+        offs = memoryview(offsets).cast("i")[chunk.offset : chunk.offset + len(chunk) + 1]
+        try:
+            out.extend(loops.arg_ints(offs, memoryview(body).cast("B") if body is not None else b"", key))
+        except OverflowError:
+            raise _NotFast from None
+    return out
+
+
+def _fast_kernels(loops: Any, kernels: Any, base: int, store: Any) -> Any:
+    """The kernels of one part as columns, checked before anything is stored; returns the store call."""
+    pc = compute()
+    if not kernels.num_rows:
+        return lambda: None
+    streams = _fast_args(loops, kernels, b'"stream"')
+    corrs = _fast_args(loops, kernels, b'"correlation"')
+    cols = _int_columns(kernels, base)
+    names = pc.fill_null(kernels.column("name"), "").combine_chunks().dictionary_encode()
+    codes = _q(pc.cast(names.indices, "int64"))
+    keep = loops.nonneg_positions(streams)
+    untracked = len(streams) - len(keep)
+    if untracked:
+        cols, codes, streams, corrs = (
+            [loops.take(c, keep) for c in cols], loops.take(codes, keep), loops.take(streams, keep),
+            loops.take(corrs, keep),
+        )  # fmt: skip
+    dictionary = names.dictionary.to_pylist()
+    first = loops.first_positions(codes, len(dictionary))
+    used = [j for j in range(len(dictionary)) if first[j] >= 0]
+    category = kernels.column("category")
+    rows = [keep[first[j]] if untracked else first[j] for j in used]
+
+    def apply() -> None:
+        store.untracked += untracked
+        ids = array("q", [0]) * len(dictionary)
+        for j, got in zip(
+            used,
+            store.intern([dictionary[j] for j in used], [category[r].as_py() for r in rows]),
+            strict=True,
+        ):
+            ids[j] = got
+        store.extend_kernel_arrays(*cols, loops.take(ids, codes), streams, corrs)
+
+    return apply
+
+
+def _fast_launches(loops: Any, launches: Any, base: int, store: Any) -> Any:
+    if not launches.num_rows:
+        return lambda: None
+    corrs = _fast_args(loops, launches, b'"correlation"')
+    cols = _int_columns(launches, base)
+    keep = loops.nonneg_positions(corrs)
+    if len(keep) < len(corrs):
+        cols, corrs = [loops.take(c, keep) for c in cols], loops.take(corrs, keep)
+    return lambda: store.extend_launch_arrays(*cols, corrs)
 
 
 def _strings(values: list[str]) -> Any:
@@ -134,7 +283,16 @@ def _counters(row: dict[str, Any], base: int) -> list[Counter]:
     for key, value in _args(row.get("args")).items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             label = name if key == "value" else f"{name} {key}"
-            out.append(Counter(label, row["trace_pid"], row["ts_ns"] - base, float(value), labels))
+            out.append(
+                Counter(
+                    label,
+                    row["trace_pid"],
+                    row["ts_ns"] - base,
+                    float(value),
+                    labels,
+                    row.get("category") or "",
+                )
+            )
     return out
 
 

@@ -9,7 +9,9 @@ release adds more. A handful of ordered patterns covers the families; anything t
 Rows are tried in order and the first match wins, so specific families come before broad ones
 (``update_weights`` is weight sync, not an update; ``ref_compute_log_prob`` is log-prob, not
 generation). Rows of category ``step`` are step markers: they define step windows and are not work;
-among them, earlier rows take priority when a trace has several kinds.
+among them, earlier rows take priority when a trace has several kinds. Those rows are the merge's
+(:data:`rl_trace_observer.merge.timeline.steps.STEP_MARKERS`): span shards and ``--step`` views cut
+steps by the same rule.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+
+from ...merge.timeline.steps import STEP_MARKERS, marker_number, marker_priority
 
 __all__ = [
     "CATEGORIES",
@@ -30,8 +34,10 @@ __all__ = [
     "WORK_CATEGORIES",
     "StageRule",
     "classify",
+    "guessable",
     "is_sync_root",
     "is_weight_load",
+    "marker_number",
     "marker_priority",
 ]
 
@@ -48,8 +54,7 @@ class StageRule:
 
 
 STAGE_TABLE: tuple[StageRule, ...] = (
-    StageRule(STEP, r"^global_step$", "one span per training step (the VERL integration's step marker)"),
-    StageRule(STEP, r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
+    *(StageRule(STEP, pattern, why) for pattern, why in STEP_MARKERS),  # the merge's step rule, first
     StageRule(
         "weight_sync",
         r"update_weights|sync_weights|weight_sync|weights_update|(load|send|recv|broadcast)_weights"
@@ -70,6 +75,12 @@ CATEGORIES: tuple[str, ...] = (*WORK_CATEGORIES, IDLE)
 ROLLOUT_CATEGORIES = frozenset({"generation"})
 TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
 
+# A name the report may read as an RL stage in a trace WITHOUT RL-Insight spans: one identifier
+# (``actor_update``, ``generate_sequences``, ``ProfilerStep#3``), never a phrase or a qualified
+# name in which a pattern happens to occur (``## optimizer ##``, ``Optimizer.step#Adam.step``,
+# ``execute_…(…)_generation_32``, a Python function ``file.py(12): update``).
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*$")
+_DEVICE_CATEGORIES = ("kernel", "gpu_", "Kernel", "Memcpy", "Memset", "mtia_ccp", "cuda_")
 # The rollout section's weight-sync rows: which trainer span is one whole sync (one row each; the
 # trainer's other weight-sync spans inside it are its phases), and which replica span loads the weights
 # (its ``bytes`` are summed). Both are weight_sync rows of the table above; the report's notes name
@@ -90,17 +101,14 @@ def classify(name: str) -> str:
     return OTHER
 
 
-@functools.lru_cache(maxsize=4096)
-def marker_priority(name: str) -> int | None:
-    """Rank of the step-marker row that ``name`` matches (0 = preferred), None if not a marker."""
-    rank = 0
-    for rule, regex in _COMPILED:
-        if rule.category != STEP:
-            continue
-        if regex.search(name):
-            return rank
-        rank += 1
-    return None
+def guessable(name: str, category: str) -> bool:
+    """Whether a span of a trace without RL-Insight spans may stand for a stage or a step marker:
+    a CPU-side span whose whole name is one identifier the stage table knows (or ``ProfilerStep#N``)."""
+    if category.startswith(_DEVICE_CATEGORIES):
+        return False
+    if marker_number(name) is not None:  # ProfilerStep#N
+        return True
+    return bool(_IDENTIFIER.match(name)) and classify(name) != OTHER
 
 
 def is_sync_root(name: str) -> bool:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import gpu_tables as gpu_render
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
 from .stages import CATEGORIES
@@ -25,6 +26,7 @@ from .style import (
     problem_line,
     step_label,
 )
+from .telemetry_tables import tables as telemetry_tables
 
 MAX_STEP_ROWS = 50
 MAX_RANK_TABLES = 4
@@ -139,8 +141,9 @@ def _stragglers_table(summary: dict[str, Any], limit: int, compact: bool) -> Tab
 def _longest_table(summary: dict[str, Any], compact: bool) -> Table:
     table = _table("Longest spans (any source)", compact)
     cols = ("duration", "name", "step", "process") + (() if compact else ("thread",))
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("duration", "step") else "left")
+    for col in cols:  # a long name (a kernel's) folds onto the next line rather than be cut
+        number = col in ("duration", "step")
+        table.add_column(col, justify="right" if number else "left", overflow="fold", no_wrap=number)
     for s in summary["longest_spans"]:
         row: list[str | Text] = [
             fmt_ns(s["dur_ns"]),
@@ -202,8 +205,12 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         f"{len(summary['steps'])} step(s); * = profiled step"
     )
     compact = console.width < COMPACT_BELOW
-    if not summary["steps"]:
-        console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
+    note = gpu_render.banner(summary)
+    if note:
+        console.print(Text(note, style="yellow"))
+    if not any(st["roles"] for st in summary["steps"]):
+        if not summary.get("gpu"):
+            console.print("No stage spans found: is this a merged trace of an RL-Insight-instrumented run?")
     else:
         console.print(_steps_table(summary, compact))
         console.print(_t(STEP_TABLE_NOTE))
@@ -211,6 +218,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         for st in focus[:MAX_RANK_TABLES]:
             console.print(_rank_table(st, compact))
         console.print(_overlap_table(summary, compact))
+    _plain(console, gpu_render.tables(summary), compact)  # the same width rules as every table
     _plain(console, answer_tables(summary, top=top), compact)
     if summary["stragglers"]:
         console.print(_stragglers_table(summary, top, compact))
@@ -221,6 +229,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
     if metrics is not None:
         console.print(metrics)
     _rollout(console, summary, top, compact)
+    _plain(console, telemetry_tables(summary.get("telemetry")), compact)
     _provenance(console, summary)
 
 

@@ -27,6 +27,7 @@ from ...config import Config
 NAMESPACE = "rl-trace-observer"
 PING = "rl_trace_clock_ping"
 RECORD = "rl_trace_clock_record"
+FLUSH = "rl_trace_clock_flush"
 
 
 def reply(recorder: Recorder | None) -> tuple[int, int, int, str, int]:
@@ -45,7 +46,7 @@ def store(recorder: Recorder | None, measurement: dict[str, Any]) -> None:
         return
     phase = measurement.get("phase")
     reason = f"step_{phase}" if phase in ("begin", "end") else "clock_sync"
-    recorder.add_clock_offset(measurement, snapshot_reason=reason)  # one record rewrite
+    recorder.add_clock_offset(measurement, snapshot_reason=reason)  # one record rewrite, by the writer
 
 
 class ClockResponderMixin:
@@ -60,6 +61,11 @@ class ClockResponderMixin:
 
     def rl_trace_clock_record(self, measurement: dict[str, Any]) -> None:
         store(self.rl_trace_clock_recorder(), measurement)
+
+    def rl_trace_clock_flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the stored results are on disk (tests, tools: ``store`` itself never waits)."""
+        recorder = self.rl_trace_clock_recorder()
+        return recorder.flush(timeout_s) if recorder is not None else True
 
 
 class NodeClockResponder(ClockResponderMixin):

@@ -45,6 +45,7 @@ from ...capture.clock import snapshot
 from ...capture.recorder import Recorder
 from .clock_measure import DEFAULT_BUDGET_MS, DEFAULT_ROUNDS, MeasureResult, measure_offsets
 from .clock_responder import (
+    FLUSH,
     NAMESPACE,
     PING,
     ClockResponderMixin,
@@ -311,19 +312,32 @@ class ClockSync:
             )
 
     def wait_stored(self, timeout_s: float = 10.0) -> bool:
-        """Block until every target has stored the results it was sent (before collecting or
-        shutting Ray down: a record call still queued when Ray stops is lost)."""
+        """Block until every target has stored the results it was sent and its record is on disk
+        (before collecting or shutting Ray down: a record call still queued when Ray stops is
+        lost). Records are written by each process's drain; this asks the targets to wait for it."""
         with self._cv:
             refs, self._stored = self._stored, []
         if not refs:
             return True
         import ray
 
+        deadline = time.monotonic() + timeout_s
         try:
             _, rest = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            if rest:
+                return False
+            flushes = [
+                getattr(h, FLUSH).remote(max(0.0, deadline - time.monotonic()))
+                for h in {id(h): h for h in (*self._nodes, *(t for t, _ in self.targets))}.values()
+                if hasattr(h, FLUSH)
+            ]
+            done, rest = ray.wait(
+                flushes, num_returns=len(flushes), timeout=max(0.0, deadline - time.monotonic())
+            )
+            on_disk = all(ray.get(done)) and not rest
         except Exception:  # Ray already down: nothing more can be stored
             return False
-        return not rest
+        return self.recorder.flush(max(0.0, deadline - time.monotonic())) and on_disk
 
 
 _SYNC: ClockSync | None = None

@@ -26,9 +26,9 @@ COLLECTED_MARKERS = frozenset({".rl-trace-collect-index.json", ".rl-trace-collec
 RECORD_RE = re.compile(r"^rl-trace-process-.+-pid-\d+\.json$")
 # write_atomic's temp files (".<name>.<pid>.tmp"): half-written by definition, never worth copying.
 ATOMIC_TMP_RE = re.compile(r"^\..+\.\d+\.tmp$")
-# Our own event logs are append-only by contract (docs/FORMATS.md §1): a prefix read while the
-# process keeps writing is a consistent snapshot, so growth is not a "change" for them.
-APPEND_ONLY_SUFFIX = ".chrome.jsonl"
+# Our own event logs and samples files are append-only by contract (docs/FORMATS.md §1, §13): a prefix
+# read while the process keeps writing is a consistent snapshot, so growth is not a "change" for them.
+APPEND_ONLY_SUFFIX = (".chrome.jsonl", ".samples.jsonl")  # event logs, the metric sampler's samples
 MiB = 1024 * 1024
 MAX_BATCH_MESSAGES = 4096  # many tiny files: bound the per-object count too
 

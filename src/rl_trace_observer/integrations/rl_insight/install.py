@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import Any
 
+from . import targets
 from .backend import BACKEND_NAME, DEFAULT_BACKEND, make_factory
 
 log = logging.getLogger("rl_trace_observer")
@@ -88,11 +89,15 @@ def install() -> bool:
             base.register_monitor_client(BACKEND_NAME, make_factory(original, as_default=False))
             base.register_monitor_client(DEFAULT_BACKEND, make_factory(original, as_default=True))
             _state["installed"] = True
-            return True
         except Exception as exc:  # pragma: no cover - defensive: never break the importing process
             _state["error"] = str(exc)
             log.error("[rl-trace-observer] could not register the RL-Insight backend: %s", exc)
             return False
+        try:
+            targets.install()  # Prometheus targets: recorded, never POSTed to local://
+        except Exception as exc:  # pragma: no cover - defensive
+            log.error("[rl-trace-observer] Prometheus targets are not recorded: %s", exc)
+        return True
 
 
 def uninstall() -> None:
@@ -100,6 +105,7 @@ def uninstall() -> None:
     with _lock:
         if not _state["installed"]:
             return
+        targets.uninstall()
         base = importlib.import_module("rl_insight.client.base")
         base.MONITOR_CLIENT_REGISTRY.pop(BACKEND_NAME, None)
         if _state["original_ray"] is not None:

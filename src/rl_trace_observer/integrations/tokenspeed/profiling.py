@@ -32,6 +32,7 @@ from .http import ControlClient, reply_message, reply_ok
 from .profile_files import ProfileFile, WindowWait, expected_kinds, writer_pid
 
 log = logging.getLogger("rl_trace_observer")
+MKDIR_S = 5.0  # a profile directory not created by then (hung disk): the window is skipped
 
 ROLE = "rollout"
 POLL_S = 0.5
@@ -98,6 +99,11 @@ class ProfileControl:
             path = base.with_name(f"{base.name}-{n}")
         return path
 
+    def _make_directory(self, rec: Recorder, step: int | None) -> Path:
+        directory = self._directory(rec, step)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
     # ---------------------------------------------------------------------- start / stop
     async def start(self, step: int | None) -> bool:
         """``/start_profile`` for VERL's profiled step ``step``; False when nothing was started."""
@@ -110,8 +116,15 @@ class ProfileControl:
         async with self._lock:
             if self.current is not None:
                 return False  # VERL asked twice for one window (nested managers): one is enough
-            directory = self._directory(rec, step)
-            directory.mkdir(parents=True, exist_ok=True)
+            try:  # off the event loop, bounded: the output disk may hang (docs/capture.md)
+                directory = await asyncio.wait_for(
+                    asyncio.to_thread(self._make_directory, rec, step), MKDIR_S
+                )
+            except Exception as exc:
+                self._warn(
+                    "mkdir", f"cannot create the profile directory ({exc!r}); step {step} is not profiled"
+                )
+                return False
             body = {"output_dir": str(directory), "activities": list(self.activities)}
             try:
                 status, reply = await self.client.post("/start_profile", body, timeout_s=120)
@@ -231,7 +244,7 @@ class ProfileControl:
 
     def close(self) -> None:
         for rec in self._delegates.values():
-            rec.close()
+            rec.close(0)  # hand over the final records; the exit hook waits (bounded) for the disk
 
 
 async def call_quietly(what: str, coro: Awaitable[Any]) -> Any:

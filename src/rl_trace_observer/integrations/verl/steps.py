@@ -17,7 +17,8 @@ Surface: ``verl.trainer.ppo.v1.trainer_base.PPOTrainer._start_profiling`` (begin
 The names are private, so :mod:`.contract` checks them when ``verl.trainer.ppo.v1`` is imported;
 on a mismatch one error names the VERL version and the feature stays off. Installed only when
 capture is on (``RL_TRACE_OUTPUT_DIR``). At profiled step boundaries the process record gets a
-clock snapshot (and, when available, the Ray clock-sync measurement).
+clock snapshot (and, when available, the Ray clock-sync measurement), and the node's metric sampler
+is told that a profiled step runs (it samples every ``RL_TRACE_METRICS_PROFILED_INTERVAL_S`` then).
 
 Clock offsets are also measured where no profiler runs, so that measurements bracket every span
 (spans are written at every step): ``PPOTrainer.fit`` is wrapped too (the same contract) — its
@@ -40,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from ...capture import get_recorder
+from ...capture.sampler import mark_profiling
 from . import contract
 from .import_hooks import when_imported
 from .patching import PatchSet
@@ -119,6 +121,7 @@ def _begin(trainer: Any) -> None:
     with _lock:
         _open[trainer] = opened
     if opened.profiled:
+        mark_profiling(True)  # the node's metric sampler samples faster meanwhile
         _boundary(opened.step, "begin")
     else:
         _clock("on_step", opened.step)
@@ -137,6 +140,7 @@ def _end(trainer: Any) -> None:
     }
     rec.span(SPAN_NAME, opened.start_ns, time.time_ns(), lane=LANE, cat=CATEGORY, args=args)
     if opened.profiled:
+        mark_profiling(False)
         _boundary(opened.step, "end")
 
 

@@ -13,6 +13,7 @@ from .base.chrome_json import NotATrace
 from .chrome_trace import ChromeTrace
 from .kineto import Kineto
 from .merge_output import MergeOutput
+from .metric_samples import MetricSamples
 from .process_record import ProcessRecord
 from .proton import Proton
 from .rl_insight.format import RLInsight
@@ -26,6 +27,7 @@ FORMATS: tuple[Format, ...] = (
     VizTracer(),
     Proton(),
     ChromeTrace(),
+    MetricSamples(),
 )
 _BY_KIND = {f.kind: f for f in FORMATS}
 UNKNOWN = "unknown"  # the kind of a file no format claims (or an empty one): reported, never read

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..formats import manifest_counts
+from ..formats.base import MANIFEST_ENTRY
 from ..plan.plan import Plan
 from ..run.jobs import SLICE_PHASES
 from ..run.stitch import RunState
@@ -36,6 +37,9 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
             totals["slices_dropped_overlapping"] = totals.get("slices_dropped_overlapping", 0) + overlapping
         if out.skipped:
             info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
+        entry = out.meta.get(MANIFEST_ENTRY)
+        if isinstance(entry, dict):  # what the format says of its file (metric samples: what was sampled)
+            info.extra.update(entry)
         if isinstance(out.meta.get("rank"), int) and info.rank is None:
             info.rank = out.meta["rank"]
         plan.problems.extend(out.problems)

@@ -48,7 +48,8 @@ class Sniffed:
 @dataclass
 class Prepared:
     """Everything planning reads from one file, read where the file is: its head's verdict, its
-    duplicate fingerprint, (process records) its content and (RL-Insight logs) its step markers."""
+    duplicate fingerprint, (process records) its content and (RL-Insight logs, Torch traces) its step
+    markers."""
 
     sniffed: Sniffed
     fingerprint: str | None = None
@@ -265,14 +266,22 @@ def _steps_from_records(plan: Plan) -> None:
 
 
 def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
-    """Step windows from the step markers its formats find (``Format.step_markers``: RL-Insight logs),
-    by the report's own rule (:mod:`..timeline.steps`); they replace the snapshot windows of
-    :func:`_steps_from_records` (taken at profiled steps only)."""
+    """Step windows from the step markers its formats find (``Format.step_markers``: RL-Insight logs,
+    else profiler traces' ``ProfilerStep#N``: ``Format.markers_rank``), by the report's own rule
+    (:mod:`..timeline.steps`); they replace the snapshot windows of :func:`_steps_from_records`
+    (taken at profiled steps only)."""
+    ranked = [
+        (fmt, art)
+        for art in plan.artifacts
+        if (fmt := format_of(art.info.kind)) is not None and fmt.markers_rank is not None
+    ]
+    if not ranked:
+        return
+    first = min(fmt.markers_rank for fmt, _ in ranked if fmt.markers_rank is not None)
     found: list[Marker] = []
     source: dict[int, str] = {}
-    for art in plan.artifacts:
-        fmt = format_of(art.info.kind)
-        if fmt is None:
+    for fmt, art in ranked:
+        if fmt.markers_rank != first:
             continue
         ready = known.get(art.source.url)
         markers = ready.markers if ready is not None else None

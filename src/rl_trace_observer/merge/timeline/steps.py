@@ -1,33 +1,53 @@
 """Step windows from step-marker spans: ONE rule for the merge (span shards' ``step``, ``--step``,
-``--split-steps``, views) and the report (``analysis.report.compute.step_windows`` calls it), so a
-row's step is the step the report gives it. The markers themselves are a format's to find
-(``Format.step_markers``: RL-Insight's event logs, :mod:`..formats.rl_insight.markers`).
+``--split-steps``, views), the report (``analysis.report.windows.step_windows`` calls it) and the
+report's SQL tables, so a row's step is the step the report gives it. The markers themselves are a
+format's to find (``Format.step_markers``: RL-Insight's event logs, :mod:`..formats.rl_insight.markers`;
+a profiler trace's CPU ranges of these names, ``ProfilerStep#N`` mostly, :mod:`..formats.kineto.markers`).
 
-A marker is a ``global_step`` span (the VERL integration and the demo write one per training step),
-else VERL's ``train_batch`` annotation: the first name in :data:`STEP_MARKERS` that the trace has
-wins (the report's stage table lists the same two names in the same order). Overlapping markers of
-that name join (per-rank copies); their step number is the ``step`` (``global_step``,
-``global_steps``) argument when every window has exactly one and they differ, else 1, 2, ... in time
-order. Traces without markers (plain profiler files) get no windows here.
+A marker is a span whose whole name is one of :data:`STEP_MARKERS`, in preference order: a
+``global_step`` span (the VERL integration and the demo write one per training step), else VERL's
+``train_batch`` annotation, else torch.profiler's ``ProfilerStep#N`` (``prof.step()``: a trace
+without RL-Insight spans). The first kind the trace has wins (the report's stage table lists the
+same rows in the same order). A marker states its step by a ``step`` (``global_step``,
+``global_steps``) argument, else by its name (``ProfilerStep#12``). When every marker states one
+step, markers group by it (per-rank copies of a step join, the next step of a rank that runs ahead
+stays apart); otherwise overlapping markers join. A window's number is the step its markers state
+when every window has exactly one and they differ, else 1, 2, ... in time order. Traces without
+markers get no windows here.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
-STEP_MARKERS = ("global_step", "train_batch")  # preference order
+# (pattern, why): searched case-insensitively in the whole name, as the report's stage table does
+STEP_MARKERS: tuple[tuple[str, str], ...] = (
+    (r"^global_step$", "one span per training step (the VERL integration's step marker)"),
+    (r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
+    (r"^ProfilerStep\s*#\s*\d+$", "torch.profiler's prof.step() ranges: steps of a profiler-only trace"),
+)
+NAMED_MARKERS = ("global_step", "train_batch")  # the rows above that are one plain name
 STEP_KEYS = ("step", "global_step", "global_steps")
+_COMPILED = tuple(re.compile(pattern, re.IGNORECASE) for pattern, _ in STEP_MARKERS)
+_NUMBERED = re.compile(r"^ProfilerStep\s*#\s*(\d+)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Marker:
-    priority: int  # 0 = the preferred kind of marker
+    priority: int  # 0 = the preferred kind of marker (its row in STEP_MARKERS)
     start_ns: int
     end_ns: int
-    numbers: frozenset[int]  # the step numbers its arguments name (one, when they agree)
+    numbers: frozenset[int]  # the steps its arguments name, else the one its name states
     profiled: bool = False
     mode: str | None = None
+
+    @property
+    def stated(self) -> int | None:
+        """The one step this marker states, else None."""
+        return next(iter(self.numbers)) if len(self.numbers) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,21 @@ class StepWindow:
     end_ns: int
     profiled: bool = False
     mode: str | None = None
+
+
+@functools.lru_cache(maxsize=4096)
+def marker_priority(name: str) -> int | None:
+    """The row of :data:`STEP_MARKERS` that ``name`` matches (0 = preferred), None if not a marker."""
+    for rank, regex in enumerate(_COMPILED):
+        if regex.search(name):
+            return rank
+    return None
+
+
+def marker_number(name: str) -> int | None:
+    """The step number a marker's name states (``ProfilerStep#12`` → 12), else None."""
+    m = _NUMBERED.match(name)
+    return int(m.group(1)) if m else None
 
 
 def step_numbers(args: dict[str, Any]) -> frozenset[int]:
@@ -63,24 +98,42 @@ def truthy(value: Any) -> bool:
     return value is True or value == 1 or (isinstance(value, str) and value.lower() in ("true", "1"))
 
 
-def marker(priority: int, start_ns: int, end_ns: int, args: dict[str, Any]) -> Marker:
+def marker(name: str, start_ns: int, end_ns: int, args: dict[str, Any]) -> Marker | None:
+    """The marker a span of this name is (None: not a marker)."""
+    priority = marker_priority(name)
+    if priority is None:
+        return None
+    numbers = step_numbers(args)
+    if not numbers and (n := marker_number(name)) is not None:
+        numbers = frozenset((n,))
     modes = {str(args.get("mode") or args.get("trainer_mode") or "")} - {""}
     mode = modes.pop() if modes else None
-    return Marker(priority, start_ns, end_ns, step_numbers(args), truthy(args.get("profiled")), mode)
+    return Marker(priority, start_ns, end_ns, numbers, truthy(args.get("profiled")), mode)
+
+
+def chosen(markers: list[Marker]) -> list[Marker]:
+    """The markers of the preferred kind the trace has, in time order."""
+    if not markers:
+        return []
+    best = min(m.priority for m in markers)
+    return sorted((m for m in markers if m.priority == best), key=lambda m: m.start_ns)
 
 
 def windows_from_markers(markers: list[Marker]) -> list[StepWindow]:
     """The step windows of the module docstring, in time order."""
-    if not markers:
-        return []
-    best = min(m.priority for m in markers)
-    chosen = sorted((m for m in markers if m.priority == best), key=lambda m: m.start_ns)
+    picked = chosen(markers)
     groups: list[list[Marker]] = []
-    for m in chosen:
-        if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
-            groups[-1].append(m)
-        else:
-            groups.append([m])
+    if picked and all(m.stated is not None for m in picked):  # group by the step each one states
+        by: dict[int | None, list[Marker]] = {}
+        for m in picked:
+            by.setdefault(m.stated, []).append(m)
+        groups = list(by.values())  # in order of their first marker's start
+    else:
+        for m in picked:
+            if groups and m.start_ns < max(x.end_ns for x in groups[-1]):
+                groups[-1].append(m)
+            else:
+                groups.append([m])
     numbers = []
     for g in groups:
         found = {n for m in g for n in m.numbers}

@@ -84,6 +84,10 @@ class IdentityMapper:
         if isinstance(what, str):
             merged = self.owner_merged + sub_slot(what)
             decl = ProcessDecl(merged, self.owner_key, what, source_name)
+        elif isinstance(what, tuple):  # (OS pid, sub-process): another process's "GPU 0" on this host
+            key = ProcessKey(self.host, what[0])
+            merged = (self.planned.get(key) or fallback_pid(key)) + sub_slot(what[1])
+            decl = ProcessDecl(merged, key, what[1], None)
         else:
             key = ProcessKey(self.host, what)
             merged = self.planned.get(key) or fallback_pid(key)

@@ -1,4 +1,5 @@
-"""The merger's optional compiled twins (Cython, built by ``setup.py`` at install), chosen per process.
+"""The optional compiled twins (Cython, built by ``setup.py`` at install), chosen per process: the
+merger's ``.pftrace`` encoder and the report's GPU loops.
 
 Why a switch and a staleness check: a twin reproduces Python code byte for byte (tested), so a twin
 older than its source could write what the source no longer would. Such a twin is ignored with one
@@ -17,9 +18,10 @@ from ... import config
 
 log = logging.getLogger(__name__)
 
-# twin module -> the source it is built from, relative to this folder
+# twin module -> the source it is built from, relative to this folder (the report's GPU loops too)
 TWINS = {
     "rl_trace_observer.merge.writers._pftrace_native": "_pftrace_native.pyx",
+    "rl_trace_observer.analysis.gpu._gpu_native": "../../analysis/gpu/_gpu_native.pyx",
 }
 
 

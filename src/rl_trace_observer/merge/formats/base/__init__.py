@@ -8,7 +8,8 @@ A format answers, for its own files and nobody else's:
 - ``read(data, ctx)``: the file's events on the timeline (absolute integer ns, or µs after the anchor
   the format found, ``deferred``, converted exactly once later: :mod:`..timeline.times`), the anchor,
   the names from its metadata, what it had to drop;
-- ``step_markers(src)``: the step-marker spans of a file, read while planning (RL-Insight logs);
+- ``step_markers(src)``: the step-marker spans of a file, read while planning (RL-Insight logs'
+  ``global_step``, a profiler trace's ``ProfilerStep#N``; ``markers_rank`` says whose count);
 - ``process_of`` / ``lane_of``: what a source pid means (an OS process, or a device/synthetic lane
   under its owner) and how to name a thread;
 - and, as plain attributes, what the other stages ask of it: whether it holds events at all, how its
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from ...clock.pairs import PairAlignment
 
 SourcePid = int | str
+# what ``process_of`` makes of a source pid: an ``int`` OS pid, a ``str`` naming a sub-process of the
+# file's owner (``"GPU 0"``), or ``(pid, sub)``: a sub-process of ANOTHER process on the host (metric
+# samples put a GPU's counters under ``GPU k`` of each process that used it, beside its Kineto kernels)
+ProcessRef = int | str | tuple[int, str]
+# ReadResult.meta[MANIFEST_ENTRY]: fields the format adds to its file's manifest entry (``artifacts[]``)
+MANIFEST_ENTRY = "manifest_entry"
 
 # rank_role: a file's place in one TokenSpeed scheduler rank (its VizTracer report and Proton files)
 REPORT = "report"  # holds the viztracer->proton flow starts: the reference the kernels align on
@@ -77,7 +84,7 @@ class ReadResult:
     process_names: dict[SourcePid, str] = field(default_factory=dict)
     process_labels: dict[SourcePid, str] = field(default_factory=dict)
     thread_names: dict[tuple[SourcePid, Any], str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)  # host_name, rank, ... found in the file
+    meta: dict[str, Any] = field(default_factory=dict)  # host_name, rank, MANIFEST_ENTRY, ... found in it
     problems: list[Problem] = field(default_factory=list)
     read: int = 0  # events in the file, metadata events included
     metadata: int = 0  # of which metadata (``M``) events: names, not timeline events
@@ -108,6 +115,10 @@ class Format:
     partner: str | None = None  # kind of the file in its process it aligns on (in another job)
     partner_label: str = ""  # how a problem names that partner file
     counts: tuple[tuple[str, bool], ...] = ()  # (stats key, always shown) it adds to manifest counts
+    # whose step markers make the run's step windows: the formats of the lowest rank that has files
+    # (0: RL-Insight logs, 1: profiler traces' ProfilerStep#N), as the report reads RL-Insight's spans
+    # whenever a trace has any; None: its files hold no markers
+    markers_rank: int | None = None
 
     def sniff(self, head: Head) -> int:
         return 0
@@ -120,11 +131,12 @@ class Format:
 
     def step_markers(self, src: Source) -> tuple[Marker, ...] | None:
         """The step-marker spans of one of its files, read cheaply while planning (the step rule is
-        :mod:`...timeline.steps`); None: its files hold none (nothing is opened)."""
+        :mod:`...timeline.steps`); None: its files hold none (``markers_rank`` None: nothing is opened)."""
         return None
 
-    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> SourcePid:
-        """An ``int`` OS pid, or a ``str`` naming a sub-process of the owner (``"GPU 0"``)."""
+    def process_of(self, pid: SourcePid, result: ReadResult, ctx: ReadContext) -> ProcessRef:
+        """An ``int`` OS pid, a ``str`` naming a sub-process of the owner (``"GPU 0"``), or
+        ``(pid, sub)``: a sub-process of another OS process on the file's host."""
         return pid
 
     def lane_of(self, pid: SourcePid, tid: Any, result: ReadResult) -> str:

@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import UNSET
 
-from ...files.sources import Head
+from ...files.sources import Head, Source
 from ...timeline.model import Problem
 from ..base import REGIONS, Format, Hints, ReadContext, ReadResult, SourcePid, chrome_json
 from ..base.chrome_hints import ABSOLUTE_US, chrome_hints
+from .markers import read_markers
 from .pairing import StageLinks
 
 if TYPE_CHECKING:
     from ...clock.pairs import PairAlignment
     from ...timeline.model import Event
+    from ...timeline.steps import Marker
 
 _DEVICE_LABELS = ("GPU", "NPU", "XPU", "HPU", "MTIA", "Device", "device")
 
@@ -34,6 +36,7 @@ class Kineto(Format):
     probe, probe_cat = True, "user_annotation"  # record_function regions on the CPU (GPU ones: device clock)
     causality = REGIONS  # a region sits inside its process's RL-Insight stage of the same name
     partner, partner_label = "rl_insight", "RL-Insight log"  # aligned on those stages (.pairing)
+    markers_rank = 1  # ProfilerStep#N (or a global_step annotation): a run without RL-Insight logs
 
     def sniff(self, head: Head) -> int:
         data = head.ends  # torch writes these keys first; harnesses that re-save a trace, last
@@ -45,6 +48,10 @@ class Kineto(Format):
 
     def hints(self, head: Head) -> Hints:
         return chrome_hints(head, pid_in_head=True, first_ts=True, absolute_us=True)
+
+    def step_markers(self, src: Source) -> tuple[Marker, ...]:
+        """Its CPU step-marker ranges, ``ProfilerStep#N`` mostly (:mod:`.markers`)."""
+        return read_markers(src)
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         doc, res = chrome_json.start(data, ctx.path)

@@ -88,6 +88,7 @@ class RLInsight(Format):
     probe = True  # every complete span (stages: a handful per step and process) for the clock checks
     causality = STAGES  # the spans its process's Torch regions must sit inside
     counts = (("run_flow_endpoints", False),)  # rollout requests: a client and a server end each
+    markers_rank = 0  # its global_step/train_batch spans give the run's steps (.markers)
 
     def sniff(self, head: Head) -> int:
         first = head.data.split(b"\n", 1)[0]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import orjson
 
 from ...files.sources import Source
-from ...timeline.steps import STEP_MARKERS, Marker, marker
+from ...timeline.steps import NAMED_MARKERS, Marker, marker
 
-_NEEDLES = tuple(f'"name":"{name}"'.encode() for name in STEP_MARKERS)
+_NEEDLES = tuple(f'"name":"{name}"'.encode() for name in NAMED_MARKERS)
 
 
 def read_markers(src: Source) -> tuple[Marker, ...]:
@@ -34,11 +34,13 @@ def read_markers(src: Source) -> tuple[Marker, ...]:
             continue
         if (
             ev.get("ph") != "X"
-            or name not in STEP_MARKERS
+            or not isinstance(name, str)
             or not isinstance(ts, int)
             or not isinstance(dur, int)
         ):
             continue
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        out.append(marker(STEP_MARKERS.index(name), ts, ts + max(dur, 0), args))
+        found = marker(name, ts, ts + max(dur, 0), args)
+        if found is not None:
+            out.append(found)
     return tuple(out)
