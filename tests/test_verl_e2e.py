@@ -399,6 +399,18 @@ METRIC_TRACKS_SQL = (
 )
 
 
+def _node_sampler_file(run: Run) -> Path:
+    """The node's sampler file. When the worker that started the sampler exits first (Ray ends its
+    children), a member still alive starts a replacement, which leaves once no member is left: that
+    short file must end with its reason to stop (then its stats); the run's sampler is the longest."""
+    files = sorted(run.trace.glob("metrics-*.samples.jsonl"), key=lambda f: f.stat().st_size)
+    assert files, "no sampler file"
+    for extra in files[:-1]:
+        tail = [json.loads(line)["k"] for line in extra.read_bytes().splitlines()[-3:]]
+        assert "stop" in tail, (extra, tail)
+    return files[-1]
+
+
 def test_engine_and_transfer_queue_endpoints_registered_by_verl_and_sampled(run: Run) -> None:
     """VERL's own calls: ``LLMServerManager`` → ``RLInsightLogger.register_rollout_metrics`` for the
     mock servers' real ``/metrics``, ``RLInsightLogger.init`` → ``register_transfer_queue_metrics`` for
@@ -409,8 +421,7 @@ def test_engine_and_transfer_queue_endpoints_registered_by_verl_and_sampled(run:
     assert jobs == [("mock", "0"), ("mock", "1"), ("transfer_queue", None)], targets
     from rl_trace_observer.merge.formats.metric_samples.decode import decode
 
-    (path,) = run.trace.glob("metrics-*.samples.jsonl")
-    data = decode(path.read_bytes())
+    data = decode(_node_sampler_file(run).read_bytes())
     assert data.complete and not data.bad_lines
     by_job: dict[str, list[int]] = {}
     for s in data.sources.values():
@@ -461,8 +472,7 @@ def test_the_sampler_samples_faster_in_the_profiled_step(run: Run) -> None:
     marks = {s["args"]["step"]: s for s in spans(run.logs()[trainer["pid"]]) if s["name"] == "global_step"}
     lo = marks[PROFILED]["ts_ns"]
     hi = lo + marks[PROFILED]["dur_ns"]
-    (path,) = run.trace.glob("metrics-*.samples.jsonl")
-    data = decode(path.read_bytes())
+    data = decode(_node_sampler_file(run).read_bytes())
     (host,) = [s.src for s in data.sources.values() if s.kind == "host"]
     times = [s.t for s in data.samples if s.src == host]
     inside = [b - a for a, b in itertools.pairwise(times) if lo + 0.3e9 <= a and b <= hi]
