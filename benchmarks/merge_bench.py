@@ -181,6 +181,17 @@ def _baseline_files(run: Path, limit: int, counts: dict[str, Any]) -> list[str]:
     return chosen
 
 
+def generated_run(run: Path | None, tmp: Path, events: int) -> Path:
+    """The run to measure: the one named, else one ``gen_run.py`` writes into ``tmp`` (timed)."""
+    if run is not None:
+        return run
+    run = tmp / "run"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, str(HERE / "gen_run.py"), str(run), "--events", str(events)], check=True)
+    print(f"generated {events:,} events in {time.perf_counter() - t0:.1f} s")
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an existing run directory (else one is generated)")
@@ -197,14 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="merge-bench-"))
     try:
-        run = args.run
-        if run is None:
-            run = tmp / "run"
-            t0 = time.perf_counter()
-            subprocess.run(
-                [sys.executable, str(HERE / "gen_run.py"), str(run), "--events", str(args.events)], check=True
-            )
-            print(f"generated {args.events:,} events in {time.perf_counter() - t0:.1f} s")
+        run = generated_run(args.run, tmp, args.events)
         disk, nfiles = _input_bytes(run)
         print(
             f"input: {run} ({nfiles} files, {disk / 1e6:.1f} MB on disk); {os.cpu_count()} CPUs; "

@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from merge_bench import HERE, _child
+from merge_bench import _child, generated_run
 
 SHARDS_CHILD = """
 import json, resource, sys, time
@@ -72,14 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="shards-bench-"))
     try:
-        run = args.run
-        if run is None:
-            run = tmp / "run"
-            t0 = time.perf_counter()
-            subprocess.run(
-                [sys.executable, str(HERE / "gen_run.py"), str(run), "--events", str(args.events)], check=True
-            )
-            print(f"generated {args.events:,} events in {time.perf_counter() - t0:.1f} s")
+        run = generated_run(args.run, tmp, args.events)
         rows: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
         print(
             f"\n{'merge':9s} {'events':>11s} {'wall s':>7s} {'cpu s':>7s} {'RSS':>9s} {'json.gz MB':>8s} "
