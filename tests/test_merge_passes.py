@@ -15,7 +15,7 @@ from rl_trace_observer.merge.formats.base import ReadContext, ReadResult
 from rl_trace_observer.merge.manifest.document import problem_summary
 from rl_trace_observer.merge.timeline import identity
 from rl_trace_observer.merge.timeline.model import Event, ProcessKey, us_to_ns
-from rl_trace_observer.merge.transform import passes
+from rl_trace_observer.merge.transform import nesting, passes
 
 T0 = 1_700_000_000_000_000_000
 
@@ -79,20 +79,58 @@ def test_namespace_ids_one_start_many_ends_is_one_flow_per_end() -> None:
     assert ctx.stats["flows"] == 3 and ctx.stats["unpaired_flow_events"] == 1
 
 
-def test_drop_overlaps_follows_perfettos_stack_rule() -> None:
-    """Start order, longer first at equal starts; a slice ending after the open one is dropped."""
+def test_move_overlaps_follows_perfettos_stack_rule() -> None:
+    """Start order, longer first at equal starts; a slice ending after the open one (which Perfetto
+    would drop) goes to the thread's overlap track, named after it and sorted beside it, with the flow
+    events bound to it: the last slice to start at or before a flow's time, or (an ``f`` without
+    ``bp: "e"``) the next one to start."""
     events = [
         X("child-first", 0, 10),  # the longer one at the same start is its parent, whatever the order
         X("parent", 0, 100),
         X("inside", 20, 10),
-        X("overlaps", 95, 10),  # starts in the parent, ends after it: Perfetto drops it
+        X("overlaps", 95, 10),  # starts in the parent, ends after it: Perfetto would drop it
+        flow("f", 7, 95),  # its launch arrow ends on it
+        flow("s", 8, 97),  # a flow leaving from it (the last slice to start before 97)
+        flow("s", 9, 30),  # from "inside" (ended at 30, still the newest on the stack): stays
+        Event(ph="f", name="launch->kernel", cat="flow", id=6, pid=10, tid=1, ts=T0 + 90),  # binds next
         X("after", 100, 5),  # the parent has ended: a new top-level slice
         X("other thread", 95, 10, tid=2),
     ]
-    ctx = passes.PassContext()
-    kept = passes.drop_overlaps(events, ctx)
-    assert [e.name for e in kept] == ["child-first", "parent", "inside", "after", "other thread"]
-    assert ctx.stats["overlapping_slices"] == 1
+    mapper = _mapper()
+    mapper.threads[(10, 1)] = identity.ThreadDecl(10, 1, "Torch · stream 7", 42)
+    ctx = passes.PassContext(mapper=mapper)
+    kept = passes.move_overlaps(events, ctx)
+    side = identity.overlap_tid(1, 1)
+    assert [(e.name, e.ph, e.id if e.ph != "X" else None) for e in kept if e.tid == side] == [
+        ("overlaps", "X", None),
+        ("launch->kernel", "f", 7),
+        ("launch->kernel", "s", 8),
+        ("launch->kernel", "f", 6),
+    ]
+    assert len(kept) == len(events)  # nothing is dropped
+    assert mapper.threads[(10, side)] == identity.ThreadDecl(10, side, "Torch · stream 7 (overlap)", 42)
+    assert ctx.stats == {"overlap_moved": 1, "overlap_tracks": 1}
+
+
+def test_move_overlaps_stacks_layers_and_drops_only_past_the_last() -> None:
+    """Slices that all overlap each other: one overlap track each, up to the limit; past it, dropped
+    and counted (never seen in a real trace: consecutive kernels need one)."""
+    n = nesting.MAX_OVERLAP_LAYERS + 3
+    events = [X(f"s{k}", k, 1000) for k in range(n)]
+    ctx = passes.PassContext(mapper=_mapper())
+    kept = passes.move_overlaps(events, ctx)
+    assert len(kept) == nesting.MAX_OVERLAP_LAYERS + 1
+    assert len({e.tid for e in kept}) == nesting.MAX_OVERLAP_LAYERS + 1
+    assert ctx.stats == {
+        "overlap_moved": nesting.MAX_OVERLAP_LAYERS,
+        "overlap_tracks": nesting.MAX_OVERLAP_LAYERS,
+        "overlapping_slices": 2,
+    }
+
+
+def _mapper() -> passes.IdentityMapper:
+    torch = format_for("torch")
+    return passes.IdentityMapper(torch, ReadResult(), ReadContext("f", "f"), "h", 256, None, {})
 
 
 def test_namespace_ids_async_and_bind_ids() -> None:

@@ -3,10 +3,12 @@ once, keeps per-thread order, and never lets two sources' flow ids collide."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import re
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -262,8 +264,8 @@ def test_fast_path_equals_the_general_passes(
         b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
     assert fast.manifest["counts"]["flows"] == slow.manifest["counts"]["flows"]
     assert a == b
-    # what both keep is what Perfetto keeps: each file's threads apart, plus the flow file's 2 per flow
-    want = sum(len(perfetto_keeps(events)) for events in contents.values()) + 2 * len(flows)
+    # both keep every slice (those Perfetto would drop on overlap tracks), plus the flow file's 2 per flow
+    want = sum(len(events) for events in contents.values()) + 2 * len(flows)
     assert fast.manifest["counts"]["slices"] == sum(1 for e in a if e.get("ph") == "X") == want
 
 
@@ -274,42 +276,70 @@ dense = st.lists(
 )
 
 
+def _with_launch_ends(events: list[tuple[str, int, int, int]]) -> bytes:
+    """A Kineto file of ``events`` where each slice is followed by a flow end (``bp: "e"``) at its start,
+    as Kineto writes a kernel's ``ac2g`` end: id ``1000 + i`` for slice ``i``."""
+    raw = []
+    for i, (n, ts, dur, tid) in enumerate(events):
+        raw.append(_x_json(n, 77, tid, us(ts), us(dur), f',"args":{{"i":{i}}}'))
+        end = f'"id":{1000 + i},"pid":77,"tid":{tid},"ts":{us(ts)},"bp":"e"'
+        raw.append(f'{{"ph":"f","cat":"ac2g","name":"ac2g",{end}}}')
+    head = f'{{"schemaVersion":1,"deviceProperties":[],"baseTimeNanoseconds":{BASE},"traceEvents":['
+    return (head + ",".join(raw) + "]}").encode()
+
+
 @SETTINGS
 @given(events=dense, order=st.sampled_from(["file", "start", "exit"]))
-def test_overlapping_slices_are_dropped_as_perfetto_drops_them(
+def test_overlapping_slices_move_to_overlap_tracks(
     events: list[tuple[str, int, int, int]], order: str
 ) -> None:
     """Dense, overlapping slices on two threads, in any order, start order (Kineto) or exit order
-    (VizTracer): the fused path, which certifies a thread as it streams, drops exactly what Perfetto's
-    stack rule (:func:`..nesting.victims`, applied by the listed passes) drops."""
+    (VizTracer), each with a flow end at its start: the fused path and the listed passes agree; every
+    slice is written exactly once; each thread's own track keeps exactly what Perfetto's stack rule
+    keeps (brute force, :func:`perfetto_keeps`), the rest sit on its overlap tracks; on every track the
+    slices nest; and a flow end moves with its slice (the slice starting at its time, where only one does)."""
     if order == "start":
         events = sorted(events, key=lambda e: (e[1], -e[2]))
     elif order == "exit":
         events = sorted(events, key=lambda e: e[1] + e[2])
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "t.pt.trace.json").write_bytes(_chrome("torch", events, 77))
+        (Path(tmp) / "t.pt.trace.json").write_bytes(_with_launch_ends(events))
         fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
         merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
         a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
         b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in a if e.get("name") == "thread_name"}
     assert a == b
-    kept = [e for e in a if e.get("ph") == "X"]
-    assert fast.manifest["counts"]["slices"] == len(kept)
-    assert {e["args"]["i"] for e in kept} == perfetto_keeps(events)  # the very slices, by brute force
-    # what is left nests: per thread, in Perfetto's order, no slice ends after the open one (in
-    # integer ns: µs floats do not add exactly, 1000000.008 + 0.011 > 1000000.019)
-    for tid in {e["tid"] for e in kept}:
+    written = [e for e in a if e.get("ph") == "X"]
+    assert sorted(e["args"]["i"] for e in written) == list(range(len(events)))  # each exactly once
+    assert fast.manifest["counts"]["slices"] == len(events)
+    own = {f"Torch · thread {tid}": tid for tid in {e[3] for e in events}}
+    home = {e["args"]["i"]: threads[(e["pid"], e["tid"])] for e in written}
+    assert {i for i, name in home.items() if name in own} == perfetto_keeps(events)
+    for i, name in home.items():  # the others beside their own thread, on a track named after it
+        assert name in own or re.fullmatch(rf"Torch · thread {events[i][3]} \(overlap( \d+)?\)", name), name
+    moved = len(events) - len(perfetto_keeps(events))
+    assert fast.manifest["counts"].get("slices_on_overlap_tracks", 0) == moved
+    for track in {(e["pid"], e["tid"]) for e in written}:  # every track nests (in integer ns)
         ends: list[int] = []
-        spans = sorted((round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in kept if e["tid"] == tid)
+        spans = [
+            (round(e["ts"] * 1000), round(e["dur"] * 1000)) for e in written if (e["pid"], e["tid"]) == track
+        ]
         for ts, dur in sorted(spans, key=lambda s: (s[0], -s[1])):
             while ends and ends[-1] <= ts:
                 ends.pop()
             assert not ends or ts + dur <= ends[-1]
             ends.append(ts + dur)
+    starts = Counter((tid, ts) for _, ts, _, tid in events)
+    for x, f in itertools.pairwise(a):  # each slice's flow end follows it, as written
+        if x.get("ph") == "X" and f.get("ph") == "f":
+            _, ts, _, tid = events[x["args"]["i"]]
+            if starts[(tid, ts)] == 1:
+                assert f["tid"] == x["tid"]
 
 
 KEPT_SQL = (
-    "select t.tid, extract_arg(s.arg_set_id, 'args.i') as i from slice s "
+    "select t.tid, t.name, extract_arg(s.arg_set_id, 'args.i') as i from slice s "
     "join thread_track tt on s.track_id = tt.id join thread t using(utid)"
 )
 
@@ -317,8 +347,9 @@ KEPT_SQL = (
 @pytest.mark.perfetto
 def test_the_brute_force_rule_is_what_perfetto_keeps(engine: Any, tmp_path: Path) -> None:
     """The oracle above, checked against the real engine: 80 random dense threads (any order, ties,
-    zero durations) in one Kineto file, opened as it is and merged; Perfetto keeps exactly the slices
-    ``perfetto_keeps`` names, in both."""
+    zero durations) in one Kineto file. Opened as it is, Perfetto keeps exactly the slices
+    ``perfetto_keeps`` names (and says it dropped the rest); merged, it imports with no error, keeps
+    those on their own threads and every other slice on an overlap track beside its thread."""
     rng = random.Random(28)
     events: list[tuple[str, int, int, int]] = []
     for tid in range(1, 81):
@@ -338,7 +369,11 @@ def test_the_brute_force_rule_is_what_perfetto_keeps(engine: Any, tmp_path: Path
     for path in (original, Path(merged.output)):
         res = engine.load(path, [KEPT_SQL])
         assert res.loaded and (path == original or res.ok), res.summary()  # the original: drops stated
-        rows = [(tid, int(i)) for tid, i in res.queries[0].rows if i is not None]
-        assert {i for _, i in rows} == want, path.name
-        lanes = {tid: {events[i][3] for t, i in rows if t == tid} for tid, _ in rows}
-        assert all(len(v) == 1 for v in lanes.values()) and len(lanes) == 80  # one thread each, as written
+        rows = [(tid, name, int(i)) for tid, name, i in res.queries[0].rows if i is not None]
+        own = {i for _, name, i in rows if not name or "(overlap" not in name}
+        assert own == want, path.name
+        lanes = {tid: {events[i][3] for t, _, i in rows if t == tid} for tid, _, _ in rows}
+        assert all(len(v) == 1 for v in lanes.values())  # a track holds slices of one thread, as written
+        if path != original:
+            assert sorted(i for _, _, i in rows) == list(range(len(events)))  # and none is lost
+            assert any("(overlap" in name for _, name, _ in rows)  # the rule is exercised

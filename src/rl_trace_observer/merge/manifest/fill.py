@@ -10,6 +10,7 @@ from ..plan.plan import Plan
 from ..run.jobs import SLICE_PHASES
 from ..run.stitch import RunState
 from ..timeline.identity import process_title
+from ..transform.passes import OVERLAP_DROPPED, OVERLAP_MOVED, OVERLAP_TRACKS
 from .ui import ui_section
 
 
@@ -31,10 +32,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         info.anchor_ns = out.anchor_ns if out.anchor_ns is not None else info.anchor_ns
         info.anchor_source = out.anchor_source or info.anchor_source
         info.extra["events_filtered"] = out.filtered
-        overlapping = out.stats.get("overlapping_slices", 0)
-        if overlapping:  # Perfetto would drop them on import (an error each); we drop them first
-            info.extra["slices_dropped_overlapping"] = overlapping
-            totals["slices_dropped_overlapping"] = totals.get("slices_dropped_overlapping", 0) + overlapping
+        _overlaps(out.stats, info.extra, totals)
         if out.skipped:
             info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
         entry = out.meta.get(MANIFEST_ENTRY)
@@ -90,6 +88,23 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         for s, w in plan.step_windows.items()
     ]
     manifest["processes"] = _processes(plan, state)
+
+
+# stats key -> manifest key: slices Perfetto would drop for not nesting, moved to overlap tracks beside
+# their thread (and how many such tracks), and the few dropped past the last overlap track
+_OVERLAP_KEYS = (
+    (OVERLAP_MOVED, "slices_on_overlap_tracks"),
+    (OVERLAP_TRACKS, "overlap_tracks"),
+    (OVERLAP_DROPPED, "slices_dropped_overlapping"),
+)
+
+
+def _overlaps(stats: dict[str, int], entry: dict[str, Any], totals: dict[str, int]) -> None:
+    for key, name in _OVERLAP_KEYS:
+        n = stats.get(key, 0)
+        if n:
+            entry[name] = n
+            totals[name] = totals.get(name, 0) + n
 
 
 def _run_of(plan: Plan) -> str | None:

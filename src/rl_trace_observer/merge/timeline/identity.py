@@ -63,6 +63,19 @@ def merged_tid(source_order: int, lane: Any) -> int:
     return ((source_order & 0xF) << _LANE_BITS) | lane_int(lane)
 
 
+def overlap_tid(tid: int, level: int) -> int:
+    """The track beside merged thread ``tid`` that holds its ``level``-th layer of slices overlapping
+    the ones before (1, 2, ...): same source bits, lane hashed from (tid, level), so every worker and
+    every artifact of one process agrees on it without talking."""
+    lane = zlib.crc32(f"{tid}/overlap/{level}".encode()) & ((1 << _LANE_BITS) - 1)
+    return (tid & ~((1 << _LANE_BITS) - 1)) | lane
+
+
+def overlap_name(name: str, level: int) -> str:
+    """``Torch · stream 7`` → ``Torch · stream 7 (overlap)``, ``(overlap 2)`` for a second layer."""
+    return f"{name} (overlap)" if level == 1 else f"{name} (overlap {level})"
+
+
 @dataclass(frozen=True)
 class ProcessDecl:
     """A merged process as a worker met it; the parent names it (or knew it already)."""

@@ -28,8 +28,8 @@ from ..timeline.model import FLOAT_US_EXACT_NS, Event, us_to_ns
 from ..timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, ROUNDER
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
-from .nesting import by_lane, drop_victims, us_to_exact_ns
-from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext
+from .nesting import by_lane, to_overlap_tracks, us_to_exact_ns
+from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext, count_overlaps
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
 FAR_NS = FLOAT_US_EXACT_NS  # ~101.8 days: from here on the µs double cannot hold the ns
@@ -282,9 +282,8 @@ def to_output(
         for key, st in lanes.items():
             in_order[key] = st[0] == 1 or st[0] == 4 or st[0] == 0
     if unsure:  # lanes not in start or exit order, or with an overlap: Perfetto's rule, exactly
-        overlapping = drop_victims(out, by_lane(out, unsure), us_to_exact_ns if unit_ns == 1000 else int)
-        if overlapping:
-            ctx.count("overlapping_slices", overlapping)
+        ns = us_to_exact_ns if unit_ns == 1000 else int
+        count_overlaps(ctx, *to_overlap_tracks(out, by_lane(out, unsure), ns, mapper.threads))
     space.finish(chains, links, unpaired, linked, unlinked)
     for ph, c in (("s", n_s), ("t", n_t), ("f", n_f)):
         counts[ph] = counts.get(ph, 0) + c

@@ -1,13 +1,17 @@
-"""Slices that Perfetto would drop for overlapping their parent, found (and dropped) before writing.
+"""Slices that Perfetto would drop for overlapping their parent, found before writing and moved to a
+track of their own beside their thread.
 
 Perfetto's JSON importer keeps one stack of open slices per thread. It sorts complete (``X``) events by
 start, the longer first at equal starts; a slice starting at or after the end of the slice on top of the
 stack closes that one; a slice that starts inside the top one but ends after it cannot nest and is
 dropped with the import error ``slice_drop_overlapping_complete_event`` (checked in the v52 engine). Real
-Kineto traces have such slices (GPU kernels that overlap by a few ns, runtime calls of an invalid tid
-that Perfetto puts on the process's main thread). Dropping exactly those ourselves makes the merged
-trace import without errors and keeps ``.json`` and ``.pftrace`` outputs equal: the protobuf writer has
-no importer to drop them for it.
+traces have such slices: consecutive kernels of one stream overlap by ~2 µs on Hopper and Blackwell
+(programmatic dependent launch), MTIA and SGLang traces overlap CPU slices, runtime calls of an invalid
+tid land on the process's main thread. Dropping them would lose GPU work from the timeline and from every
+figure computed on it, so :func:`to_overlap_tracks` moves each to the first *overlap track* of its thread
+(``stream 7 (overlap)``, then ``(overlap 2)``, ...) where it nests — the layers Perfetto's rule peels off
+one after another — and the flow events bound to it go with it. Every track then imports without errors
+and ``.json`` and ``.pftrace`` outputs stay equal: the protobuf writer has no importer to drop them for it.
 
 Times here are integer ns on any common origin. Only ``X`` events take part: ``B``/``E`` pairs are rare
 in our sources and Perfetto nests them on the same stack by their order, which cannot overlap partially.
@@ -15,15 +19,21 @@ in our sources and Perfetto nests them on the same stack by their order, which c
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
 from msgspec import UNSET
 
+from ..timeline.identity import ThreadDecl, overlap_name, overlap_tid
 from ..timeline.model import Event
 
 _BY_TS = attrgetter("ts")
+_FLOW_V1 = frozenset("stf")
+# overlap tracks per thread: real traces need one (consecutive kernels) or two; past this many, a slice
+# is dropped and counted as before (slices that all overlap each other would otherwise make a track each)
+MAX_OVERLAP_LAYERS = 32
 
 
 def _dur(e: Event) -> Any:
@@ -50,6 +60,110 @@ def victims(lane: list[Event], ns: Callable[[Any], int] = int) -> list[Event]:
     return out
 
 
+def perfetto_order(lane: list[Event]) -> list[Event]:
+    """One thread's ``X`` events as Perfetto's importer takes them: by start, the longer first."""
+    lane = sorted(lane, key=_dur, reverse=True)
+    lane.sort(key=_BY_TS)
+    return lane
+
+
+def layers(order: list[Event], ns: Callable[[Any], int] = int) -> list[int]:
+    """The track each slice of one thread (in :func:`perfetto_order`) goes to: 0 the thread itself
+    (what Perfetto keeps), ``k`` its ``k``-th overlap track, -1 none (past :data:`MAX_OVERLAP_LAYERS`).
+
+    First fit, in Perfetto's order: a slice takes the first track where it nests. Track 0 is then
+    exactly :func:`victims`' survivors, track 1 the survivors among its victims, and so on."""
+    stacks: list[list[int]] = []  # per track, the ends of its open slices
+    out: list[int] = []
+    for e in order:
+        ts = ns(e.ts)
+        end = ts + ns(_dur(e))
+        for k, ends in enumerate(stacks):
+            while ends and ends[-1] <= ts:
+                ends.pop()
+            if not ends or end <= ends[-1]:
+                ends.append(end)
+                out.append(k)
+                break
+        else:
+            if len(stacks) <= MAX_OVERLAP_LAYERS:
+                stacks.append([end])
+                out.append(len(stacks) - 1)
+            else:
+                out.append(-1)
+    return out
+
+
+def to_overlap_tracks(
+    events: list[Event],
+    lanes: dict[Any, list[Event]],
+    ns: Callable[[Any], int],
+    threads: dict[tuple[int, int], ThreadDecl],
+) -> tuple[int, int, int]:
+    """Move the slices of ``lanes`` that do not nest to their thread's overlap tracks (declared in
+    ``threads``), with the flow events bound to them; remove from ``events`` (in place, order kept) the
+    few past :data:`MAX_OVERLAP_LAYERS`. Returns (slices moved, slices dropped, tracks used)."""
+    placed: dict[Any, tuple[list[int], list[int]]] = {}  # lane -> (starts, layers) in Perfetto's order
+    gone: set[int] = set()
+    moved = 0
+    tracks: set[tuple[int, int]] = set()
+    for key, lane in lanes.items():
+        order = perfetto_order(lane)
+        found = layers(order, ns)
+        if not any(found):
+            continue
+        pid, tid = key
+        if not isinstance(tid, int):  # not a merged thread (a pass run without identities): as Perfetto
+            gone.update(id(e) for e, k in zip(order, found, strict=True) if k)
+            continue
+        for e, k in zip(order, found, strict=True):
+            if k > 0:
+                e.tid = _declare(threads, pid, tid, k, tracks)
+                moved += 1
+            elif k < 0:
+                gone.add(id(e))
+        placed[key] = ([ns(e.ts) for e in order], found)
+    if placed:
+        _follow_flows(events, placed, ns)
+    if gone:
+        events[:] = [e for e in events if id(e) not in gone]
+    return moved, len(gone), len(tracks)
+
+
+def _declare(
+    threads: dict[tuple[int, int], ThreadDecl], pid: int, tid: int, level: int, tracks: set[tuple[int, int]]
+) -> int:
+    """The overlap track's tid, named after its thread and sorted right beside it."""
+    new = overlap_tid(tid, level)
+    if (pid, new) not in threads:
+        own = threads.get((pid, tid))
+        name = own.name if own is not None else f"thread {tid}"
+        threads[(pid, new)] = ThreadDecl(pid, new, overlap_name(name, level), own.sort_index if own else 0)
+    tracks.add((pid, new))
+    return new
+
+
+def _follow_flows(
+    events: list[Event], placed: dict[Any, tuple[list[int], list[int]]], ns: Callable[[Any], int]
+) -> None:
+    """A v1 flow event binds to the slice on top of its thread's stack at its time — the last one to
+    start at or before it, ended or not — or, an ``f`` without ``bp: "e"``, to the next one to start
+    (Perfetto's JSON importer; :meth:`..writers.pftrace.PftraceWriter._flow_v1` does the same). Where
+    that slice moved, the flow event moves with it, so every arrow still lands on its slice."""
+    for e in events:
+        if e.ph not in _FLOW_V1:
+            continue
+        found = placed.get((e.pid, e.tid))
+        if found is None:
+            continue
+        starts, where = found
+        i = bisect_right(starts, ns(e.ts))
+        if not (e.ph == "f" and e.bp != "e"):
+            i -= 1
+        if 0 <= i < len(where) and where[i] > 0:
+            e.tid = overlap_tid(e.tid, where[i])  # type: ignore[arg-type]
+
+
 def by_lane(events: Iterable[Event], lanes: set[tuple[Any, Any]] | None = None) -> dict[Any, list[Event]]:
     """``X`` events per (pid, tid), only for ``lanes`` when given."""
     out: dict[Any, list[Event]] = {}
@@ -59,16 +173,6 @@ def by_lane(events: Iterable[Event], lanes: set[tuple[Any, Any]] | None = None) 
             if lanes is None or key in lanes:
                 out.setdefault(key, []).append(e)
     return out
-
-
-def drop_victims(events: list[Event], lanes: dict[Any, list[Event]], ns: Callable[[Any], int]) -> int:
-    """Remove from ``events`` (in place, order kept) what :func:`victims` finds in ``lanes``."""
-    gone: set[int] = set()
-    for lane in lanes.values():
-        gone.update(map(id, victims(lane, ns)))
-    if gone:
-        events[:] = [e for e in events if id(e) not in gone]
-    return len(gone)
 
 
 def us_to_exact_ns(us: float) -> int:

@@ -10,7 +10,8 @@ what they did into ``ctx.stats``.
 2. ``filter_events``: time window and minimum duration.
 3. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
    a global instant (``"s": "g"``) stays on its owner, declaring nothing.
-4. ``drop_overlaps``: the slices Perfetto would drop for overlapping their parent (:mod:`.nesting`).
+4. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
+   track beside their thread, with the flow events bound to them (:mod:`.nesting`).
 5. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
    same ``args.scope_id`` of the same rank; unmatched starts are dropped.
 6. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
@@ -38,9 +39,11 @@ from ..formats.base import Format, ReadContext, ReadResult
 from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
 from ..timeline.model import Event, ProcessKey
 from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
-from .nesting import by_lane, drop_victims
+from .nesting import by_lane, to_overlap_tracks
 
 _FLOW_V1 = frozenset("stf")
+# move_overlaps' stats keys (manifest: slices_on_overlap_tracks, overlap_tracks, slices_dropped_overlapping)
+OVERLAP_MOVED, OVERLAP_TRACKS, OVERLAP_DROPPED = "overlap_moved", "overlap_tracks", "overlapping_slices"
 _ASYNC = frozenset("ben")
 _SEQ_BITS = 40
 RUN_FLOW_BIT = 1 << 62  # run-scoped flow ids live above every artifact's space (namespaces < 2**22)
@@ -203,11 +206,19 @@ def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
     return events
 
 
-def drop_overlaps(events: list[Event], ctx: PassContext) -> list[Event]:
-    dropped = drop_victims(events, by_lane(events), int)
-    if dropped:
-        ctx.count("overlapping_slices", dropped)
+def move_overlaps(events: list[Event], ctx: PassContext) -> list[Event]:
+    threads = ctx.mapper.threads if ctx.mapper is not None else {}
+    count_overlaps(ctx, *to_overlap_tracks(events, by_lane(events), int, threads))
     return events
+
+
+def count_overlaps(ctx: PassContext, moved: int, dropped: int, tracks: int) -> None:
+    """What :func:`.nesting.to_overlap_tracks` did, for the manifest (``manifest/fill.py``)."""
+    if moved:
+        ctx.count(OVERLAP_MOVED, moved)
+        ctx.count(OVERLAP_TRACKS, tracks)
+    if dropped:
+        ctx.count(OVERLAP_DROPPED, dropped)
 
 
 def scope_flow_id(namespace: int, scope_id: int) -> int:
@@ -333,7 +344,7 @@ PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
     correct_time,
     filter_events,
     remap_identity,
-    drop_overlaps,
+    move_overlaps,
     link_scopes,
     namespace_ids,
 )
