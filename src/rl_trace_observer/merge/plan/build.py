@@ -7,7 +7,9 @@ before any big file is read:
 2. read the process records and link the artifacts they registered (relative paths, resolved
    inside the inputs only — a record can never make the merger open anything else);
 3. place the remaining files by (host, pid) from their names and heads, reporting ``unlinked``
-   when no record vouches for them — a missing rank or host is never silently defaulted;
+   when no record vouches for them in a run that has records, or when a file names no pid — a missing
+   rank or host is never silently defaulted. Plain profiler traces (no record anywhere: nothing was
+   captured by us) are placed by their own pid with no problem; their manifest entry says how;
 4. select by run, role and step, find step windows, order processes and give them merged pids.
 """
 
@@ -196,7 +198,12 @@ def _path_of(info: ProcessInfo) -> str:
 
 
 def _place_unlinked(plan: Plan) -> None:
-    """A TokenSpeed rank's Proton files carry no OS pid: they take their rank's report's."""
+    """A TokenSpeed rank's Proton files carry no OS pid: they take their rank's report's.
+
+    A file no record vouches for is a problem (``unlinked``) where the inputs have process records (its
+    process should have registered it) or where it names no pid; plain profiler traces, merged with no
+    record at all, are placed by the pid they name, stated in their manifest entry (``placement``)."""
+    recorded = any(p.record_path for p in plan.processes.values())
     partners: dict[tuple[str, str], PlannedArtifact] = {}
     for art in plan.artifacts:
         if _rank_role(art) == REPORT and art.hints.group and art.hints.pid is not None:
@@ -227,7 +234,10 @@ def _place_unlinked(plan: Plan) -> None:
             detail = f"no process record for {key.host} pid {key.pid}; placed by {how}"
             if host == UNKNOWN_HOST:
                 detail += "; host unknown (put each node's files in a folder named after the host)"
-            plan.problems.append(Problem("unlinked", info.path, detail))
+            if recorded or key.pid < 0:
+                plan.problems.append(Problem("unlinked", info.path, detail))
+            else:
+                info.extra["placement"] = detail
 
 
 def _rank_role(art: PlannedArtifact) -> str | None:
