@@ -230,3 +230,32 @@ def test_problem_summary_is_one_line_per_kind() -> None:
         ]
     )
     assert lines == ["unlinked: a.json: x (+1 more in the manifest)", "incomplete: c.json.gz: z"]
+
+
+def test_drop_unbound_flows_leaves_out_what_no_slice_can_take() -> None:
+    """A flow event binds to the slice on top of its thread's stack: none before it on its thread
+    (a thread of flows only, or a flow before the first slice) means Perfetto drops it; so do we."""
+    events = [
+        X("launch", 10, 5),
+        flow("s", 1, 10),  # at its slice's start: bound
+        flow("s", 2, 30),  # after it (the slice ended, still the newest): bound
+        flow("s", 3, 5),  # before any slice of its thread
+        flow("s", 4, 50, tid=9),  # a thread with no slice at all
+        flow("f", 4, 50, tid=2),  # bp "e" on a thread with no slice
+        Event(ph="f", name="launch->kernel", cat="flow", id=5, pid=10, tid=2, ts=T0),  # binds next: kept
+    ]
+    ctx = passes.PassContext()
+    kept = passes.drop_unbound_flows(events, ctx)
+    assert [(e.ph, e.id) for e in kept] == [("X", UNSET), ("s", 1), ("s", 2), ("f", 5)]
+    assert ctx.stats == {"unbound_flow_events": 3}
+
+
+def test_a_numeric_text_tid_is_the_same_thread() -> None:
+    """torch 1.8-1.9 write ``"tid": "24572"`` on slices and ``24572`` on their flow starts."""
+    assert identity.same_thread("24572") == 24572 and identity.same_thread(24572) == 24572
+    assert (
+        identity.same_thread("stream 7") == "stream 7"
+        and identity.same_thread("99999999999") == "99999999999"
+    )
+    mapper = _mapper()
+    assert mapper.resolve(5, "24572") == mapper.resolve(5, 24572)

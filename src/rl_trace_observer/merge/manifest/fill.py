@@ -10,6 +10,7 @@ from ..plan.plan import Plan
 from ..run.jobs import SLICE_PHASES
 from ..run.stitch import RunState
 from ..timeline.identity import process_title
+from ..transform.flowbind import UNBOUND
 from ..transform.passes import OVERLAP_DROPPED, OVERLAP_MOVED, OVERLAP_TRACKS
 from .ui import ui_section
 
@@ -32,7 +33,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         info.anchor_ns = out.anchor_ns if out.anchor_ns is not None else info.anchor_ns
         info.anchor_source = out.anchor_source or info.anchor_source
         info.extra["events_filtered"] = out.filtered
-        _overlaps(out.stats, info.extra, totals)
+        _stat_fields(out.stats, info.extra, totals)
         if out.skipped:
             info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
         entry = out.meta.get(MANIFEST_ENTRY)
@@ -90,17 +91,19 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     manifest["processes"] = _processes(plan, state)
 
 
-# stats key -> manifest key: slices Perfetto would drop for not nesting, moved to overlap tracks beside
-# their thread (and how many such tracks), and the few dropped past the last overlap track
-_OVERLAP_KEYS = (
+# stats key -> manifest key (in the file's entry and the totals): slices Perfetto would drop for not
+# nesting, moved to overlap tracks beside their thread (and how many such tracks), the few dropped past
+# the last overlap track, and flow events no slice can take (left out of every output format)
+_STAT_FIELDS = (
     (OVERLAP_MOVED, "slices_on_overlap_tracks"),
     (OVERLAP_TRACKS, "overlap_tracks"),
     (OVERLAP_DROPPED, "slices_dropped_overlapping"),
+    (UNBOUND, "unbound_flow_events"),
 )
 
 
-def _overlaps(stats: dict[str, int], entry: dict[str, Any], totals: dict[str, int]) -> None:
-    for key, name in _OVERLAP_KEYS:
+def _stat_fields(stats: dict[str, int], entry: dict[str, Any], totals: dict[str, int]) -> None:
+    for key, name in _STAT_FIELDS:
         n = stats.get(key, 0)
         if n:
             entry[name] = n

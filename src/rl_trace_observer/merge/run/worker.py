@@ -26,6 +26,7 @@ from ..formats.partners import JobLinks, read_partner
 from ..timeline.model import Event, Problem, ProcessKey, Rebase
 from ..timeline.times import to_ns
 from ..transform import fastpath
+from ..transform.flowbind import UNBOUND
 from ..transform.passes import IdentityMapper, PassContext, run_passes
 from ..writers import chrome_json
 from . import memory
@@ -178,11 +179,12 @@ def _emit(
     fmt = mapper.reader
     if fmt.probe:  # the few spans the clock's causality checks need
         out.spans = stage_spans(kept, fmt.probe_cat, job.base_ns if fast else None, unit, far)
+    unbound = ctx.stats.get(UNBOUND, 0)
     out.read, out.dropped = (
         res.read - res.metadata,
-        res.dropped + ctx.stats.get("unlinked_scope_flows", 0),
+        res.dropped + ctx.stats.get("unlinked_scope_flows", 0) + unbound,
     )
-    _report_dropped(out, res, task.source.url)
+    _report_dropped(out, res, task.source.url, unbound)
     out.stats = ctx.stats
     out.filtered = ctx.stats.get("filtered", 0)
     out.kept = len(kept)
@@ -311,11 +313,15 @@ def _apply_alignment(
     return correction, events, fast
 
 
-def _report_dropped(out: Outcome, res: ReadResult, path: str) -> None:
-    if res.dropped and not any(p.kind == "dropped_events" for p in out.problems):
-        out.problems.append(
-            Problem("dropped_events", path, f"{res.dropped} events with invalid fields or values")
-        )
+def _report_dropped(out: Outcome, res: ReadResult, path: str, unbound: int = 0) -> None:
+    """One ``dropped_events`` problem per file: what its reader and the passes left out, and why."""
+    if any(p.kind == "dropped_events" for p in out.problems):
+        return
+    why = [f"{res.dropped} events with invalid fields or values"] if res.dropped else []
+    if unbound:  # see ..transform.flowbind
+        why.append(f"{unbound} flow events that no slice of their thread can take (Perfetto drops them too)")
+    if why:
+        out.problems.append(Problem("dropped_events", path, "; ".join(why)))
 
 
 def _read(

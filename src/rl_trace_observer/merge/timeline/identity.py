@@ -59,6 +59,15 @@ def lane_int(lane: Any) -> int:
     return zlib.crc32(str(lane).encode()) & ((1 << _LANE_BITS) - 1)
 
 
+def same_thread(tid: Any) -> Any:
+    """A thread id as the OS numbers it: ``"24572"`` is thread 24572. PyTorch profilers of 2021
+    (torch 1.8-1.9) write their CPU slices' tids as text and their flow starts' as numbers; read as
+    two threads, no launch arrow finds its runtime call."""
+    if type(tid) is str and tid.isascii() and tid.isdigit() and len(tid) <= 10 and int(tid) < 1 << 32:
+        return int(tid)
+    return tid
+
+
 def merged_tid(source_order: int, lane: Any) -> int:
     return ((source_order & 0xF) << _LANE_BITS) | lane_int(lane)
 

@@ -27,6 +27,7 @@ from ..formats.base import ReadResult
 from ..timeline.model import FLOAT_US_EXACT_NS, Event, us_to_ns
 from ..timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, ROUNDER
+from .flowbind import UNBOUND, recount
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .nesting import by_lane, to_overlap_tracks, us_to_exact_ns
 from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext, count_overlaps
@@ -82,8 +83,9 @@ def to_output(
     prev_pid: object = unset  # the lane before: sources often alternate between two
     prev_tid: object = unset
     mpid = mtid = prev_mpid = prev_mtid = 0
-    # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack]; mode 0 empty, 4 one
-    # slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly afterwards.
+    # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack, first start]; mode 0
+    # empty, 4 one slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly
+    # afterwards. The first start (of an X or B slice) tells which flow events can bind (.flowbind).
     # Start order keeps the open slices' ends (stack 1); exit order the starts and ends of the slices
     # no later one has enclosed yet (stacks 1 and 2), ``end`` the last end (exit order never lowers it).
     lanes: dict[tuple[int, int], list[Any]] = {}
@@ -97,7 +99,8 @@ def to_output(
     v1, other_flows, space = _FLOW_V1, _OTHER_FLOWS, FlowSpace(ctx)
     scope_cat, scope_name, viz_scopes = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, space.viz_scopes
     scope_prefix, scope_mask, linked, unlinked = space.scope_prefix(), SCOPE_ID_MASK, 0, 0
-    chains: dict[tuple[Any, Any], dict[Any, list[int]]] = {}
+    chains: dict[Any, dict[Any, list[int]]] = {}
+    chained: list[tuple[Event, Any, list[Any]]] = []  # v1 flow events with their time and lane
     chain: dict[Any, list[int]] = {}
     lcat: Any = _NO_CHAIN
     lname: Any = _NO_CHAIN
@@ -164,7 +167,7 @@ def to_output(
                     m_pid, m_tid = mapper.resolve(pid, tid)
                     state = lanes.get((m_pid, m_tid))
                     if state is None:
-                        state = lanes[(m_pid, m_tid)] = [first_mode, 0, 0, -exact, [], []]
+                        state = lanes[(m_pid, m_tid)] = [first_mode, 0, 0, -exact, [], [], exact]
                     found = by_tid[tid] = (pid, m_pid, m_tid, state)
                 prev_pid, prev_tid, prev_mpid, prev_mtid = last_pid, last_tid, mpid, mtid
                 prev_lane = lane
@@ -173,6 +176,8 @@ def to_output(
         e.pid = mpid
         e.tid = mtid
         if is_x:
+            if y < lane[6]:
+                lane[6] = y
             mode = lane[0]
             if mode != 3:  # nesting, inlined (.nesting has the rule): certify the lane as it streams
                 end = y + dn
@@ -219,6 +224,8 @@ def to_output(
                 scoped.append(e)
             append(e)
             continue
+        if ph == "B" and y < lane[6]:
+            lane[6] = y
         fid = e.id
         if ph in v1 and fid is not unset:
             cat = e.cat
@@ -271,6 +278,7 @@ def to_output(
             e.id = st[0]
             if e.bind_id is not unset:
                 space.bind(e)
+            chained.append((e, y, lane))
             append(e)
             continue
         if (ph in v1 or ph in other_flows or e.bind_id is not unset) and not space.add(e, ph):
@@ -284,8 +292,13 @@ def to_output(
     if unsure:  # lanes not in start or exit order, or with an overlap: Perfetto's rule, exactly
         ns = us_to_exact_ns if unit_ns == 1000 else int
         count_overlaps(ctx, *to_overlap_tracks(out, by_lane(out, unsure), ns, mapper.threads))
+    phases = {"s": n_s, "t": n_t, "f": n_f}
+    gone = {id(e) for e, t, st in chained if t < st[6] and (e.ph != "f" or e.bp == "e")}
+    if gone:  # flow events no slice of their thread can take (.flowbind): left out, counted again
+        out = _without(out, gone, phases, ctx)
+        chains, links, unpaired = {None: recount(out)}, 0, 0
     space.finish(chains, links, unpaired, linked, unlinked)
-    for ph, c in (("s", n_s), ("t", n_t), ("f", n_f)):
+    for ph, c in phases.items():
         counts[ph] = counts.get(ph, 0) + c
     counts["X"] = len(out) - sum(counts.values())
     if scoped is not None:
@@ -294,6 +307,18 @@ def to_output(
     if not out:
         return out, counts, None, None
     return out, counts, int(lo), int(hi)
+
+
+def _without(out: list[Event], gone: set[int], phases: dict[str, int], ctx: PassContext) -> list[Event]:
+    """``out`` without the events ``gone`` names (v1 flow events), their phases uncounted."""
+    kept = []
+    for e in out:
+        if id(e) in gone:
+            phases[e.ph] -= 1
+        else:
+            kept.append(e)
+    ctx.count(UNBOUND, len(gone))
+    return kept
 
 
 def _nest_other(lane: list[Any], y: Any, dn: Any, end: Any, mode: int) -> None:

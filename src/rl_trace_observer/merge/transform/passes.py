@@ -12,9 +12,11 @@ what they did into ``ctx.stats``.
    a global instant (``"s": "g"``) stays on its owner, declaring nothing.
 4. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
    track beside their thread, with the flow events bound to them (:mod:`.nesting`).
-5. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
+5. ``drop_unbound_flows``: v1 flow events no slice of their thread can take (:mod:`.flowbind`),
+   which Perfetto's JSON importer drops and a protobuf writer would give an instant of their own.
+6. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
    same ``args.scope_id`` of the same rank; unmatched starts are dropped.
-6. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
+7. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
    reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
    every step and end after it with its id, until the next start: Perfetto links each end to the
    start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
@@ -36,9 +38,10 @@ from msgspec import UNSET
 from ...capture.requests import RUN_SCOPE_PREFIX
 from ..clock.correction import IDENTITY, TimeCorrection
 from ..formats.base import Format, ReadContext, ReadResult
-from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, sub_slot
+from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, same_thread, sub_slot
 from ..timeline.model import Event, ProcessKey
 from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
+from .flowbind import UNBOUND, first_starts, unbound
 from .nesting import by_lane, to_overlap_tracks
 
 _FLOW_V1 = frozenset("stf")
@@ -104,7 +107,7 @@ class IdentityMapper:
             stid = spid if isinstance(spid, int) and 0 <= spid < 1 << 32 else 0
         mpid = self.pid(spid)
         lane = self.reader.lane_of(spid, stid, self.result)
-        mtid = merged_tid(self.reader.order, stid if stid is not UNSET else lane)
+        mtid = merged_tid(self.reader.order, same_thread(stid) if stid is not UNSET else lane)
         if (mpid, mtid) not in self.threads:
             sort = (self.reader.order << 24) + (mtid & 0xFFFFFF)
             self.threads[(mpid, mtid)] = ThreadDecl(mpid, mtid, f"{self.reader.label} · {lane}", sort)
@@ -219,6 +222,14 @@ def count_overlaps(ctx: PassContext, moved: int, dropped: int, tracks: int) -> N
         ctx.count(OVERLAP_TRACKS, tracks)
     if dropped:
         ctx.count(OVERLAP_DROPPED, dropped)
+
+
+def drop_unbound_flows(events: list[Event], ctx: PassContext) -> list[Event]:
+    gone = unbound(events, first_starts(events))
+    if not gone:
+        return events
+    ctx.count(UNBOUND, len(gone))
+    return [e for e in events if id(e) not in gone]
 
 
 def scope_flow_id(namespace: int, scope_id: int) -> int:
@@ -345,6 +356,7 @@ PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
     filter_events,
     remap_identity,
     move_overlaps,
+    drop_unbound_flows,
     link_scopes,
     namespace_ids,
 )

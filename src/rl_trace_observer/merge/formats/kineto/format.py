@@ -114,6 +114,8 @@ class Kineto(Format):
         if name:
             return name.strip()
         labels = result.process_labels.get(pid, "")
+        if isinstance(tid, str) and tid.startswith("stream"):  # torch < 1.10 names its streams so
+            return tid
         return f"stream {tid}" if labels.startswith(_DEVICE_LABELS) else f"thread {tid}"
 
 
