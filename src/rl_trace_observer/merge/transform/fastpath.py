@@ -298,8 +298,8 @@ def to_output(
         out = _without(out, gone, phases, ctx)
         chains, links, unpaired = {None: recount(out)}, 0, 0
     space.finish(chains, links, unpaired, linked, unlinked)
-    for ph, c in phases.items():
-        counts[ph] = counts.get(ph, 0) + c
+    for flow_ph, c in phases.items():
+        counts[flow_ph] = counts.get(flow_ph, 0) + c
     counts["X"] = len(out) - sum(counts.values())
     if scoped is not None:
         scope_ends(scoped, out, counts, ctx)

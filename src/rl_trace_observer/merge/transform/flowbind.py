@@ -45,7 +45,7 @@ def first_starts(events: Iterable[Event]) -> dict[tuple[Any, Any], Any]:
         if e.ph in _SLICES:
             key = (e.pid, e.tid)
             at = first.get(key)
-            if at is None or e.ts < at:  # type: ignore[operator]
+            if at is None or e.ts < at:
                 first[key] = e.ts
     return first
 
@@ -56,7 +56,7 @@ def unbound(events: Iterable[Event], first: dict[tuple[Any, Any], Any]) -> set[i
     for e in events:
         if binds_enclosing(e):
             at = first.get((e.pid, e.tid))
-            if at is None or e.ts < at:  # type: ignore[operator]
+            if at is None or e.ts < at:
                 out.add(id(e))
     return out
 
