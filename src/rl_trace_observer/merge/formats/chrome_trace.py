@@ -27,5 +27,9 @@ class ChromeTrace(Format):
 
     def read(self, data: bytes, ctx: ReadContext) -> ReadResult:
         return chrome_json.read_anchored(
-            data, ctx, chrome_json.top_level_anchor, "Chrome trace of unknown origin with no anchor"
+            data,
+            ctx,
+            chrome_json.top_level_anchor,
+            "Chrome trace of unknown origin with no anchor: not placed (give it a top-level "
+            "baseTimeNanoseconds, or register its anchor_ns in a process record)",
         )

@@ -238,6 +238,24 @@ def _place_unlinked(plan: Plan) -> None:
                 plan.problems.append(Problem("unlinked", info.path, detail))
             else:
                 info.extra["placement"] = detail
+    _ranks_apart(plan)
+
+
+def _ranks_apart(plan: Plan) -> None:
+    """Files placed by their own pid that state different ranks yet land in one process (equal pids on
+    hosts the files do not name): ``unlinked``, as a rank is never silently merged into another's."""
+    ranks: dict[ProcessKey, dict[int, PlannedArtifact]] = defaultdict(dict)
+    for art in plan.artifacts:
+        if "placement" in art.info.extra and art.info.owner is not None and art.hints.rank is not None:
+            ranks[art.info.owner].setdefault(art.hints.rank, art)
+    for key, by_rank in ranks.items():
+        if len(by_rank) > 1:
+            listed = ", ".join(str(r) for r in sorted(by_rank))
+            for art in by_rank.values():
+                detail = (
+                    f"{art.info.extra.pop('placement')}; ranks {listed} all name pid {key.pid} of {key.host}"
+                )
+                plan.problems.append(Problem("unlinked", art.info.path, detail))
 
 
 def _rank_role(art: PlannedArtifact) -> str | None:

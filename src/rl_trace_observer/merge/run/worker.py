@@ -324,6 +324,16 @@ def _report_dropped(out: Outcome, res: ReadResult, path: str, unbound: int = 0) 
         out.problems.append(Problem("dropped_events", path, "; ".join(why)))
 
 
+def _say_skipped(out: Outcome, path: str) -> None:
+    """A file left out whole: its problem line says how many events that cost (one line per file)."""
+    lost = f"none of its {out.read} events merged"
+    mine = [p for p in out.problems if p.path == path]
+    if mine:
+        mine[-1].detail = f"{mine[-1].detail}; {lost}"
+    else:
+        out.problems.append(Problem("dropped_events", path, f"{lost} (the reader could not place it)"))
+
+
 def _read(
     task: Task, out: Outcome, planned: dict[ProcessKey, int], defer: bool
 ) -> tuple[list[Event], IdentityMapper, ReadResult] | None:
@@ -354,6 +364,7 @@ def _read(
     if res.skip:
         out.skipped = True
         out.read = out.dropped = res.read - res.metadata
+        _say_skipped(out, path)
         return None
     return (
         res.events,

@@ -9,6 +9,7 @@ process that ran the profiler, never OS processes.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
     from ...timeline.steps import Marker
 
 _DEVICE_LABELS = ("GPU", "NPU", "XPU", "HPU", "MTIA", "Device", "device")
+_OWN_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+# what only the PyTorch profiler writes in its events (torch 1.8's capitalised categories included)
+_OWN_EVENTS = re.compile(
+    rb'"cat"\s*:\s*"(?:cuda_runtime|cuda_driver|cpu_op|gpu_memcpy|gpu_memset|ac2g|gpu_user_annotation'
+    rb'|Runtime|Operator|Kernel|Memcpy|Memset)"|"name"\s*:\s*"(?:ProfilerStep#\d|process_labels")'
+)
 
 
 class Kineto(Format):
@@ -39,9 +46,14 @@ class Kineto(Format):
     markers_rank = 1  # ProfilerStep#N (or a global_step annotation): a run without RL-Insight logs
 
     def sniff(self, head: Head) -> int:
-        data = head.ends  # torch writes these keys first; harnesses that re-save a trace, last
-        if b'"schemaVersion"' in data or b'"deviceProperties"' in data:
+        """Its own top-level keys (torch writes them first; harnesses that re-save a trace, last; some
+        files, HTA's test data among them, keep ``distributedInfo`` alone), else its events' content:
+        Kineto's own categories, ``ProfilerStep#N``, device ``process_labels``."""
+        data = head.ends
+        if any(key in data for key in _OWN_KEYS):
             return 90
+        if _OWN_EVENTS.search(head.data):
+            return 75
         if head.source.name.endswith((".pt.trace.json", ".pt.trace.json.gz")):
             return 50
         return 0
@@ -74,7 +86,12 @@ class Kineto(Format):
         if first is None or first < ABSOLUTE_US:
             res.skip = True
             res.problems.append(
-                Problem("unanchored", ctx.path, "no baseTimeNanoseconds and relative timestamps: not placed")
+                Problem(
+                    "unanchored",
+                    ctx.path,
+                    "no baseTimeNanoseconds and relative timestamps: not placed (register its "
+                    "anchor_ns in its process record, or export it with torch >= 2.4)",
+                )
             )
             return res
         res.anchor_ns, res.anchor_source = 0, "absolute epoch µs (torch < 2.4)"
