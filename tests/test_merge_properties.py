@@ -86,7 +86,7 @@ def test_legacy_kineto_absolute_microseconds_are_exact(events: list[tuple[str, i
 @SETTINGS
 @given(
     spans=st.lists(
-        st.tuples(names, st.integers(0, 2**62 - 1), st.integers(0, 2**40)), min_size=1, max_size=20
+        st.tuples(names, st.integers(10**18, 2**62 - 1), st.integers(0, 2**40)), min_size=1, max_size=20
     ),
     cut=st.integers(1, 60),
 )
@@ -115,6 +115,14 @@ def test_rl_insight_log_exact_and_cut_last_line(spans: list[tuple[str, int, int]
     partial = whole[: -1 - min(cut, len(lines[-1]))]  # the writer died inside the last line
     res = format_for("rl_insight").read(partial, ReadContext("f", "f"))
     assert [(e.name, e.ts) for e in res.events] == [(n, t) for n, t, _ in spans[:-1]] and not res.complete
+    # a time before 2001 (µs, ms or s where ns were due) is that line's invalid value: dropped, counted
+    early = (
+        whole
+        + json.dumps({"ph": "X", "name": "x", "pid": 3, "tid": 1, "ts_ns": cut * 10**15}).encode()
+        + b"\n"
+    )
+    res = format_for("rl_insight").read(early, ReadContext("f", "f"))
+    assert [(e.name, e.ts) for e in res.events] == [(n, t) for n, t, _ in spans] and res.dropped == 1
 
 
 # -------------------------------------------------------------------------------- timeline

@@ -11,6 +11,7 @@ from ..run.jobs import SLICE_PHASES
 from ..run.stitch import RunState
 from ..timeline.identity import process_title
 from ..transform.flowbind import UNBOUND
+from ..transform.outliers import OUTLIERS
 from ..transform.passes import OVERLAP_DROPPED, OVERLAP_MOVED, OVERLAP_TRACKS
 from .ui import ui_section
 
@@ -99,6 +100,7 @@ _STAT_FIELDS = (
     (OVERLAP_TRACKS, "overlap_tracks"),
     (OVERLAP_DROPPED, "slices_dropped_overlapping"),
     (UNBOUND, "unbound_flow_events"),
+    (OUTLIERS, "time_outliers"),
 )
 
 

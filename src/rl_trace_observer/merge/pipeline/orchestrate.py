@@ -25,6 +25,7 @@ from ..plan.selection import Selection, select, window_ns
 from ..run.jobs import Job
 from ..run.stitch import NothingUsable, RunState, Stitcher, trace_header
 from ..timeline.model import Problem, Rebase
+from ..timeline.times import plausible
 from .clock import ClockChoice, clock_plan
 from .jobs import build_jobs
 
@@ -237,5 +238,5 @@ def base_hint(plan: Plan) -> int:
         if snaps and isinstance(snaps[0], dict) and isinstance(snaps[0].get("wall_ns"), int):
             hints.append(snaps[0]["wall_ns"])
     hints += [lo for lo, _ in plan.step_windows.values()]
-    hints = [h for h in hints if isinstance(h, int) and h > 0]
+    hints = [h for h in hints if plausible(h)]  # an absurd time never moves the base (times.EARLIEST_NS)
     return floor_s(min(hints)) if hints else 1 << 62  # no hint: the first job tells (a rebase)

@@ -24,9 +24,10 @@ from ..formats import NotATrace, ReadContext, ReadResult, format_for
 from ..formats.base.chrome_json import gc_paused
 from ..formats.partners import JobLinks, read_partner
 from ..timeline.model import Event, Problem, ProcessKey, Rebase
-from ..timeline.times import to_ns
+from ..timeline.times import EARLIEST_NS, to_ns
 from ..transform import fastpath
 from ..transform.flowbind import UNBOUND
+from ..transform.outliers import OUTLIERS, SpreadOut
 from ..transform.passes import IdentityMapper, PassContext, run_passes
 from ..writers import chrome_json
 from . import memory
@@ -63,36 +64,12 @@ def _run_job(job: Job) -> JobResult:
     spilled = 0
     deflated: list[tuple[int, int]] = []  # (crc32, length) of each spilled deflate piece
     for task in tasks:
-        out = Outcome(task.index)
-        result.outcomes.append(out)
         fast = not job.windows and job.min_dur_ns <= 0 and task.correction.fn is None
-        read = _read(task, out, job.planned, fast)
-        if read is None:
-            continue
-        events, mapper, res = read
-        correction = task.correction
-        url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
-        aligned: PairAlignment | None = None
-        hold: list[Event] | None = None  # a rank's report: its scope flow starts, written last
-        if links.holds(task):
-            if fast:
-                hold = []  # the fused loop sets them aside as it goes
-            else:
-                events, hold = links.hold_flows(url, events, res)
-        else:
-            aligned = links.align(task, events, res, _partner(task), tol, apply)
-        if aligned is not None:
-            correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
-        ctx = _context(job, task, correction, mapper, links)
-        _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None, sink)
-        if hold:
-            links.held(url, hold, res)
-            held.append(_Held(task, hold, mapper, res, out, fast))
-        if ctx.collect_scopes:
-            links.collected(ctx.scopes)
-        if _in_worker:
-            memory.keep_arenas(events)
-        del events, res
+        try:
+            _run_task(job, task, links, held, result, pf, sink, fast)
+        except SpreadOut:  # times too far apart for the fused loop to judge: the listed passes do
+            result.outcomes.pop()
+            _run_task(job, task, links, held, result, pf, sink, False)
         spilled += _spill(job, result, spilled, deflated)
     if held:
         for h in held:
@@ -108,6 +85,47 @@ def _run_job(job: Job) -> JobResult:
     if sink is not None:
         result.shards = sink.close()
     return result
+
+
+def _run_task(
+    job: Job,
+    task: Task,
+    links: JobLinks,
+    held: list[_Held],
+    result: JobResult,
+    pf: PftraceSink | None,
+    sink: ShardSink | None,
+    fast: bool,
+) -> None:
+    """Read one file, align it on its partner, run the passes (fused when ``fast``) and serialise."""
+    out = Outcome(task.index)
+    result.outcomes.append(out)
+    read = _read(task, out, job.planned, fast)
+    if read is None:
+        return
+    events, mapper, res = read
+    correction = task.correction
+    url, apply, tol = task.source.url, job.clock_mode != "wall", job.clock_tolerance_ns
+    aligned: PairAlignment | None = None
+    hold: list[Event] | None = None  # a rank's report: its scope flow starts, written last
+    if links.holds(task):
+        if fast:
+            hold = []  # the fused loop sets them aside as it goes
+        else:
+            events, hold = links.hold_flows(url, events, res)
+    else:
+        aligned = links.align(task, events, res, _partner(task), tol, apply)
+    if aligned is not None:
+        correction, events, fast = _apply_alignment(aligned, task, events, res, out, fast)
+    ctx = _context(job, task, correction, mapper, links)
+    _emit(job, task, events, res, ctx, out, result, pf, fast, hold if fast else None, sink)
+    if hold:
+        links.held(url, hold, res)
+        held.append(_Held(task, hold, mapper, res, out, fast))
+    if ctx.collect_scopes:
+        links.collected(ctx.scopes)
+    if _in_worker:
+        memory.keep_arenas(events)
 
 
 def _shard_sink(job: Job) -> ShardSink | None:
@@ -179,12 +197,12 @@ def _emit(
     fmt = mapper.reader
     if fmt.probe:  # the few spans the clock's causality checks need
         out.spans = stage_spans(kept, fmt.probe_cat, job.base_ns if fast else None, unit, far)
-    unbound = ctx.stats.get(UNBOUND, 0)
+    left_out = ctx.stats.get(UNBOUND, 0) + ctx.stats.get(OUTLIERS, 0)
     out.read, out.dropped = (
         res.read - res.metadata,
-        res.dropped + ctx.stats.get("unlinked_scope_flows", 0) + unbound,
+        res.dropped + ctx.stats.get("unlinked_scope_flows", 0) + left_out,
     )
-    _report_dropped(out, res, task.source.url, unbound)
+    _report_dropped(out, res, task.source.url, ctx.stats)
     out.stats = ctx.stats
     out.filtered = ctx.stats.get("filtered", 0)
     out.kept = len(kept)
@@ -242,6 +260,7 @@ def _fast(
         hold=hold,
         in_order=in_order,
         far=None if protobuf else far,
+        low_ns=EARLIEST_NS - job.base_ns,
     )
     if lo is not None and hi is not None:
         out.min_ts, out.max_ts = job.base_ns + lo, job.base_ns + hi
@@ -313,13 +332,20 @@ def _apply_alignment(
     return correction, events, fast
 
 
-def _report_dropped(out: Outcome, res: ReadResult, path: str, unbound: int = 0) -> None:
+def _report_dropped(out: Outcome, res: ReadResult, path: str, stats: dict[str, int] | None = None) -> None:
     """One ``dropped_events`` problem per file: what its reader and the passes left out, and why."""
     if any(p.kind == "dropped_events" for p in out.problems):
         return
-    why = [f"{res.dropped} events with invalid fields or values"] if res.dropped else []
-    if unbound:  # see ..transform.flowbind
-        why.append(f"{unbound} flow events that no slice of their thread can take (Perfetto drops them too)")
+    stats = stats or {}
+    why = []
+    if res.dropped:
+        why.append(f"{res.dropped} events with invalid fields or values (a time before 2001 is one)")
+    if stats.get(OUTLIERS):  # see ..transform.outliers
+        why.append(f"{stats[OUTLIERS]} events timed over 92 days away from the file's others")
+    if stats.get(UNBOUND):  # see ..transform.flowbind
+        why.append(
+            f"{stats[UNBOUND]} flow events no slice of their thread can take (Perfetto drops them too)"
+        )
     if why:
         out.problems.append(Problem("dropped_events", path, "; ".join(why)))
 

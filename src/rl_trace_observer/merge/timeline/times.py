@@ -19,6 +19,17 @@ from .model import Event
 
 KNOWN_PHASES = frozenset("XBEiICstfbenM")
 MAX_TS_NS = 1 << 62  # beyond ~146 years of epoch ns a timestamp is garbage, not a time
+# No trace of a run is older than 2001-09-09 (10**18 epoch ns): an earlier time is a value in the wrong
+# unit (µs, ms or s where ns were due land in January 1970) or garbage. Such an event is its own file's
+# invalid value — dropped and counted there — and never moves the timeline's base (the run's window).
+EARLIEST_NS = 10**18
+
+
+def plausible(t: object) -> bool:
+    """A wall-clock time in epoch ns that a trace of a run could hold."""
+    return type(t) is int and EARLIEST_NS <= t < MAX_TS_NS
+
+
 ROUNDER = 6755399441055744.0  # 1.5 * 2**52: x + R - R == round(x) for |x| < 2**51
 
 
@@ -34,7 +45,7 @@ def to_ns(
     out: list[Event] = []
     append = out.append
     known = KNOWN_PHASES
-    top = MAX_TS_NS
+    earliest, top = EARLIEST_NS, MAX_TS_NS
     bad = 0
     start, n = 0, len(events)
     while start < n:
@@ -53,7 +64,7 @@ def to_ns(
                     t = anchor_ns + w * 1000 + round((ts - w) * 1000)
                 else:
                     t = anchor_ns + ts * 1000
-                if not 0 <= t < top or ph not in known:
+                if not earliest <= t < top or ph not in known:
                     raise ValueError
                 e.ts = t
                 d: Any = e.dur

@@ -30,6 +30,7 @@ from ..timeline.times import KNOWN_PHASES, MAX_TS_NS, ROUNDER
 from .flowbind import UNBOUND, recount
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .nesting import by_lane, to_overlap_tracks, us_to_exact_ns
+from .outliers import SPREAD_NS, SpreadOut
 from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext, count_overlaps
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
@@ -52,6 +53,7 @@ def to_output(
     hold: list[Event] | None = None,
     in_order: dict[tuple[int, int], bool] | None = None,
     far: dict[int, int] | None = None,
+    low_ns: int = -MAX_TS_NS,
 ) -> tuple[list[Event], dict[str, int], int | None, int | None]:
     """Events in source units (µs, or ns when ``source_ns``) → output units relative to the base:
     µs for Chrome JSON (``unit_ns=1000``), ns for protobuf (``unit_ns=1``, integer-valued).
@@ -67,10 +69,14 @@ def to_output(
     from the base, whose µs double no longer holds the exact ns (:data:`..timeline.model.FLOAT_US_EXACT_NS`):
     the span shards and the clock checks take their time from there; the JSON keeps the double, as
     Perfetto reads it (its nesting is checked on that value, so the output imports without errors).
+    ``low_ns``: the earliest plausible time relative to the base (:data:`..timeline.times.EARLIEST_NS`):
+    an event before it is dropped as an invalid value, as the other paths' :func:`..timeline.times.to_ns`
+    drops it.
     """
     q, rr, scale = _time_constants(shift_ns, source_ns)
     known, unset, rounder = KNOWN_PHASES, UNSET, _ROUNDER
     exact, fast_dur, k = float(_EXACT_NS), float(_FAST_DUR), float(unit_ns)
+    lower = max(-exact, float(low_ns))  # below it: the exact route, which drops what is implausible
     # a source that writes a slice when it returns (VizTracer) starts its threads in exit order
     first_mode = 2 if mapper.reader.slice_order == "exit" else 0
     out: list[Event] = []
@@ -94,7 +100,7 @@ def to_output(
     prev_lane: list[Any] = []
     global_pid = mapper.owner_merged
     lo, hi = exact, -exact
-    bad = 0
+    bad = long_slices = 0
     # namespace_ids' v1 chains, inlined: {(cat, name): {id: [new id, has start, has end, events]}}
     v1, other_flows, space = _FLOW_V1, _OTHER_FLOWS, FlowSpace(ctx)
     scope_cat, scope_name, viz_scopes = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, space.viz_scopes
@@ -121,10 +127,10 @@ def to_output(
         try:
             ts: Any = e.ts
             y: Any = (ts + q) * scale + rr - rounder  # round((ts + q) * 1000 + r), see the docstring
-            if -exact < y < exact:
+            if lower < y < exact:
                 e.ts = y / k  # (a dropped event's ts may change: it is not written)
             else:
-                y = _exact(ts, shift_ns, source_ns)
+                y = _exact(ts, shift_ns, source_ns, low_ns)
                 e.ts = y / 1000 if unit_ns == 1000 else y  # int / int: correctly rounded whatever the size
                 if far is not None and not -FAR_NS < y < FAR_NS:
                     far[id(e)] = y
@@ -135,6 +141,7 @@ def to_output(
                     dn = round(d * scale)
                     if not 0 <= dn < MAX_TS_NS:
                         raise ValueError
+                    long_slices += 1  # maybe an outlier (.outliers): the caller decides
                     e.dur = dn / 1000 if unit_ns == 1000 else dn
                 else:
                     e.dur = dn / k
@@ -285,6 +292,8 @@ def to_output(
             continue
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
+    if long_slices or hi - lo > SPREAD_NS:  # times too far apart to judge here (.outliers)
+        raise SpreadOut
     result.dropped += bad
     if in_order is not None:
         for key, st in lanes.items():
@@ -372,9 +381,9 @@ def _time_constants(shift_ns: int, source_ns: bool) -> tuple[Any, Any, Any]:
     return float(q), r + _ROUNDER, 1000.0
 
 
-def _exact(ts: float | int, shift_ns: int, source_ns: bool) -> int:
-    """The integer route for values far from the base (or garbage, which raises)."""
+def _exact(ts: float | int, shift_ns: int, source_ns: bool, low_ns: int) -> int:
+    """The integer route for values far from the base (or garbage, or implausibly early: raises)."""
     y = int(ts) + shift_ns if source_ns else us_to_ns(ts) + shift_ns
-    if not -MAX_TS_NS < y < MAX_TS_NS:
+    if not max(-MAX_TS_NS, low_ns) <= y < MAX_TS_NS:
         raise ValueError
     return y

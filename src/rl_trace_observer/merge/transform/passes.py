@@ -7,16 +7,18 @@ what they did into ``ctx.stats``.
 
 1. ``correct_time``: the artifact's clock correction (``ts_ns -> ts_ns``; identity until clock
    alignment supplies one), applied to start and end so durations follow drift.
-2. ``filter_events``: time window and minimum duration.
-3. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
+2. ``drop_time_outliers``: events far (a quarter of a year) from the rest of their file
+   (:mod:`.outliers`): one absurd timestamp never stretches the run's window for the other files.
+3. ``filter_events``: time window and minimum duration.
+4. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
    a global instant (``"s": "g"``) stays on its owner, declaring nothing.
-4. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
+5. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
    track beside their thread, with the flow events bound to them (:mod:`.nesting`).
-5. ``drop_unbound_flows``: v1 flow events no slice of their thread can take (:mod:`.flowbind`),
+6. ``drop_unbound_flows``: v1 flow events no slice of their thread can take (:mod:`.flowbind`),
    which Perfetto's JSON importer drops and a protobuf writer would give an instant of their own.
-6. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
+7. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
    same ``args.scope_id`` of the same rank; unmatched starts are dropped.
-7. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
+8. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
    reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
    every step and end after it with its id, until the next start: Perfetto links each end to the
    start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
@@ -43,6 +45,7 @@ from ..timeline.model import Event, ProcessKey
 from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from .flowbind import UNBOUND, first_starts, unbound
 from .nesting import by_lane, to_overlap_tracks
+from .outliers import OUTLIERS, far_from_the_rest
 
 _FLOW_V1 = frozenset("stf")
 # move_overlaps' stats keys (manifest: slices_on_overlap_tracks, overlap_tracks, slices_dropped_overlapping)
@@ -161,6 +164,14 @@ def correct_time(events: list[Event], ctx: PassContext) -> list[Event]:
     if negative:
         ctx.count("negative_durations", negative)  # reported by the clock causality checks
     return events
+
+
+def drop_time_outliers(events: list[Event], ctx: PassContext) -> list[Event]:
+    gone = far_from_the_rest(events)
+    if not gone:
+        return events
+    ctx.count(OUTLIERS, len(gone))
+    return [e for e in events if id(e) not in gone]
 
 
 def filter_events(events: list[Event], ctx: PassContext) -> list[Event]:
@@ -353,6 +364,7 @@ def _other(table: dict[tuple[Any, ...], int], key: tuple[Any, ...], base: int) -
 
 PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
     correct_time,
+    drop_time_outliers,
     filter_events,
     remap_identity,
     move_overlaps,

@@ -21,7 +21,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ...timeline.model import Event, Problem
-from ...timeline.times import KNOWN_PHASES, MAX_TS_NS, to_ns
+from ...timeline.times import EARLIEST_NS, KNOWN_PHASES, MAX_TS_NS, to_ns
 from . import ReadContext, ReadResult
 
 _SALVAGE_ATTEMPTS = 64
@@ -280,7 +280,7 @@ def normalise_exact(
                 e.dur = int((t.dur * 1000).to_integral_value())
                 if not 0 <= e.dur < MAX_TS_NS:
                     raise ValueError
-            if not 0 <= e.ts < MAX_TS_NS:
+            if not EARLIEST_NS <= e.ts < MAX_TS_NS:
                 raise ValueError
         except (ValueError, ArithmeticError):
             result.dropped += 1

@@ -22,6 +22,7 @@ import orjson
 
 from ...files.sources import Source, read_content
 from ...timeline.steps import NAMED_MARKERS, Marker, marker
+from ...timeline.times import plausible
 from ..base.chrome_hints import ABSOLUTE_US
 
 _NAME = re.compile(
@@ -84,6 +85,8 @@ def _marker(ev: dict[str, Any], raw: bytes, anchor: int | None) -> Marker | None
         if ts < ABSOLUTE_US * 1000:  # relative µs with no anchor: the read leaves it unplaced
             return None
         anchor = 0
+    if not plausible(anchor + ts):  # its reader drops it: no step window from it either
+        return None
     args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
     return marker(ev["name"], anchor + ts, anchor + ts + max(dur, 0), args)
 

@@ -18,7 +18,7 @@ import msgspec
 
 from ...files.sources import Head
 from ...timeline.model import Event, Problem
-from ...timeline.times import MAX_TS_NS
+from ...timeline.times import EARLIEST_NS, MAX_TS_NS
 from ..base import MANIFEST_ENTRY, Format, Hints, ProcessRef, ReadContext, ReadResult, SourcePid
 from ..base.chrome_hints import first_int
 from .decode import SamplesFile, decode, is_samples
@@ -75,7 +75,7 @@ def counter_events(file: SamplesFile) -> list[Event]:
             for track in tracks:
                 cat = f"{CATEGORY}.{track.kind}"
                 for t, v in track.points:
-                    if 0 <= t < MAX_TS_NS:
+                    if EARLIEST_NS <= t < MAX_TS_NS:
                         args = msgspec.Raw(b'{"value":' + _encode.encode(v) + b"}")
                         out.append(Event(ph="C", name=track.name, cat=cat, pid=spid, tid=0, ts=t, args=args))
     return out

@@ -18,7 +18,7 @@ from msgspec import UNSET, Raw, UnsetType
 from ...files.sources import Head, Source
 from ...timeline.model import Event, Problem
 from ...timeline.steps import Marker
-from ...timeline.times import KNOWN_PHASES, MAX_TS_NS
+from ...timeline.times import EARLIEST_NS, KNOWN_PHASES, MAX_TS_NS
 from ..base import STAGES, Format, Hints, ReadContext, ReadResult, SourcePid
 from ..base.chrome_hints import first_int
 from ..base.chrome_json import gc_paused
@@ -27,7 +27,7 @@ from .requests import request_events
 
 LANE_PREFIX = "RL-Insight · "
 _EVENT_LOG = re.compile(r"^rl-insight-(?P<host>.+)-pid-(?P<pid>\d+)\.chrome\.jsonl$")
-_TS_NS = re.compile(rb'"ts_ns"\s*:\s*(\d{1,20})')
+_TS_NS = re.compile(rb'"ts_ns"\s*:\s*(\d{1,20})(?![\d.eE])')  # a whole integer (not 1 of 1e300)
 
 
 class LogEvent(Event, omit_defaults=True, gc=False):
@@ -145,6 +145,7 @@ class RLInsight(Format):
         lines that a ``dict`` ``labels`` field would have refused to decode)."""
         out: list[Event] = []
         append, unset, top, known = out.append, UNSET, MAX_TS_NS, KNOWN_PHASES
+        earliest = EARLIEST_NS
         series: dict[tuple[Any, bytes], Any] = {}  # (name, labels JSON) -> counter track name
         dropped = invalid = 0
         for e in events:
@@ -163,7 +164,7 @@ class RLInsight(Format):
                 ts: Any = e.ts_ns
                 if ts is unset:
                     ts = round(e.ts * 1000)  # type: ignore[operator]
-                if not 0 <= ts < top or ph not in known:
+                if not earliest <= ts < top or ph not in known:
                     raise ValueError
                 dur: Any = e.dur_ns
                 if dur is unset:
