@@ -21,6 +21,7 @@ from rl_trace_observer.merge.formats.metric_samples.tracks import quantile, rate
 from .line_sink import ListSink
 
 S = 1_000_000_000
+T0 = 1_780_000_000 * S  # a wall-clock time: the reader refuses times before 2001 (a unit read wrong)
 
 
 def _file(build: Any) -> bytes:
@@ -150,11 +151,11 @@ def test_places_and_the_reader() -> None:
         w.event("gpu_users", gpu0, 0, users=[[111, 0], [222, 1]])  # two processes share GPU 0
         w.event("server", eng, 0, pid=333, host="h")
         for t in range(3):
-            w.sample(gpu0, t * S, 0, [(busy, 10.0 * t)])
-            w.sample(gpu1, t * S, 0, [(busy, 1.0)])
-            w.sample(host, t * S, 0, [(cpu, 50.0)])
+            w.sample(gpu0, T0 + t * S, 0, [(busy, 10.0 * t)])
+            w.sample(gpu1, T0 + t * S, 0, [(busy, 1.0)])
+            w.sample(host, T0 + t * S, 0, [(cpu, 50.0)])
             for src in (tq, eng, far):
-                w.sample(src, t * S, 0, [(qsize if src == tq else running, float(t))])
+                w.sample(src, T0 + t * S, 0, [(qsize if src == tq else running, float(t))])
 
     data = _file(build)
     assert is_samples(data) and not is_samples(b'{"ph":"X"}\n')
