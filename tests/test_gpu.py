@@ -486,3 +486,36 @@ def test_three_sessions_repeating_launch_ids_link_by_time() -> None:
                         json.dumps({"stream": 7, "correlation": corr}))  # fmt: skip
     at = attr.attribute(store, [], [], True)
     assert list(at.launch_ts) == [s * 1000 + c * 10 for s in range(3) for c in range(1, 4)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            lambda ns, base, arg: f"void {ns}::{base}<{arg}>(int)",
+            st.sampled_from(["at::native", "cub", "a::b"]),
+            st.sampled_from(["vectorized_elementwise_kernel", "gemm", "x"]),
+            st.text("AFab01_<>, :#", max_size=8),
+        ),
+        max_size=10,
+        unique=True,
+    )
+)
+def test_top_kernel_rows_never_repeat_a_name(names: list[str]) -> None:
+    """issue 34: top-kernel rows showed the same short name twice (``vectorized_elementwise_kernel``
+    for AddFunctor and FillFunctor). Each row's label is distinct and begins with its short name."""
+    from rl_trace_observer.analysis.report.gpu_tables import distinct_short_names, short_name
+
+    labels = distinct_short_names(names)
+    assert len(set(labels)) == len(names)
+    assert all(label.startswith(short_name(n)) for label, n in zip(labels, names, strict=True))
+    add, fill = distinct_short_names(
+        [
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >(int)",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)",
+        ]
+    )
+    assert (add, fill) == (
+        "vectorized_elementwise_kernel [AddFunctor]",
+        "vectorized_elementwise_kernel [FillFunctor]",
+    )

@@ -3,6 +3,7 @@ trace without RL-Insight spans, and the HTML chart of GPU busy time per stage.""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -51,6 +52,37 @@ def short_name(name: str) -> str:
     for stop in ("<", "("):
         base = base.split(stop, 1)[0]
     return base.rsplit("::", 1)[-1].strip() or name
+
+
+_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
+
+
+def distinct_short_names(names: list[str]) -> list[str]:
+    """:func:`short_name` of each, told apart where several shorten to the same text: each gets the
+    first word of its full name that not all of them share (``vectorized_elementwise_kernel
+    [AddFunctor]``, ``… [FillFunctor]``), and a number where even that is the same."""
+    shorts = [short_name(n) for n in names]
+    same: dict[str, list[int]] = defaultdict(list)
+    for i, short in enumerate(shorts):
+        same[short].append(i)
+    for short, rows in same.items():
+        if len(rows) < 2:
+            continue
+        words = [_WORDS.findall(names[i]) for i in rows]
+        shared = set.intersection(*(set(w) for w in words))
+        for i, mine in zip(rows, words, strict=True):
+            own = next((w for w in mine if w not in shared), None)
+            shorts[i] = f"{short} [{own}]" if own else short
+    used: set[str] = set()
+    out = []
+    for short in shorts:
+        label, k = short, 1
+        while label in used:
+            k += 1
+            label = f"{short} #{k}"
+        used.add(label)
+        out.append(label)
+    return out
 
 
 def _steps_table(gpu: dict[str, Any]) -> PlainTable:
@@ -171,10 +203,9 @@ def _top_table(gpu: dict[str, Any]) -> PlainTable | None:
     if not top:
         return None
     rows = []
-    for k in top[:10]:
-        rows.append(
-            [short_name(k["name"]), k["kind"], str(k["count"]), fmt_ns(k["total_ns"]), fmt_ns(k["max_ns"])]
-        )
+    shown = top[:10]
+    for k, name in zip(shown, distinct_short_names([k["name"] for k in shown]), strict=True):
+        rows.append([name, k["kind"], str(k["count"]), fmt_ns(k["total_ns"]), fmt_ns(k["max_ns"])])
     return PlainTable(
         "Top kernels (summed time, every GPU)", ["kernel", "kind", "count", "total", "max"], rows, (0, 1)
     )
