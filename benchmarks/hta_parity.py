@@ -82,10 +82,8 @@ def rank_files(folder: Path) -> dict[str, str]:
     out = {}
     for f in sorted(folder.glob("*.json*")):
         opener = gzip.open if f.name.endswith(".gz") else open
-        with opener(f, "rt") as fh:
-            head = fh.read(1 << 20)
-        i = head.find('"distributedInfo"')
-        rank = json.loads("{" + head[i : head.index("}", i) + 1] + "}")["distributedInfo"]["rank"]
+        with opener(f, "rt") as fh:  # the whole document: distributedInfo may nest (SGLang's pg_config)
+            rank = json.load(fh)["distributedInfo"]["rank"]
         out[str(rank)] = str(f)
     return out
 

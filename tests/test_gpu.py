@@ -11,7 +11,6 @@ gap, a kernel-wait gap, a queued ("other") gap, a kernel whose launch is missing
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -331,7 +330,9 @@ def test_busy_never_exceeds_wall_and_splits_sum(
 @given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40), st.one_of(st.none(), st.integers(0, 50))),
                 min_size=1, max_size=20))  # fmt: skip
 def test_per_stream_idle_is_htas_rule(kernels: list[tuple[int, int, int | None]]) -> None:
-    """One stream: every gap before a kernel goes to exactly one category, by HTA's rule."""
+    """One stream: every gap before a kernel goes to exactly one category, by HTA's rule; kernels that
+    overlap the ones before them (programmatic dependent launch) leave no gap, never a negative one,
+    and the gaps sum to the stream's idle time: its span minus the union of its kernels."""
     store = KernelStore()
     for corr, (start, dur, lead) in enumerate(kernels, 1):
         _add_kernel(store, 257, 7, start, dur, GEMM, "kernel", json.dumps({"stream": 7, "correlation": corr}))
@@ -341,11 +342,15 @@ def test_per_stream_idle_is_htas_rule(kernels: list[tuple[int, int, int | None]]
     order = sorted(range(len(store)), key=lambda i: (store.k_ts[i], at.launch_ts[i]))
     (row,) = breakdown.stream_idle(order, store, at, threshold_ns=10)
     want = [0, 0, 0]
-    for prev, i in pairwise(order):
-        end = store.k_ts[prev] + store.k_dur[prev]
+    for n, i in enumerate(order[1:], 1):
+        end = max(store.k_ts[k] + store.k_dur[k] for k in order[:n])  # the latest end before it
         gap, launched = store.k_ts[i] - end, at.launch_ts[i]
-        want[0 if launched != attr.UNKNOWN and launched > end else 1 if gap < 10 else 2] += gap
+        if gap > 0:
+            want[0 if launched != attr.UNKNOWN and launched > end else 1 if gap < 10 else 2] += gap
     assert (row["host_wait_ns"], row["kernel_wait_ns"], row["other_wait_ns"]) == tuple(want)
+    spans = [(store.k_ts[i], store.k_ts[i] + store.k_dur[i]) for i in order]
+    idle = max(e for _, e in spans) - min(s for s, _ in spans) - iv.length(iv.union(spans))
+    assert row["idle_ns"] == idle and min(want) >= 0
 
 
 @needs_real

@@ -261,13 +261,18 @@ def stream_gaps(const long long[:] order, const long long[:] ts, const long long
             prev_end = a[5 * slot]
             gap = ts[i] - prev_end
             launched = launch_ts[i]
-            if launched != UNKNOWN and launched > prev_end:
+            if gap <= 0:  # started before the kernels before it ended (overlapping launches): no gap
+                pass
+            elif launched != UNKNOWN and launched > prev_end:
                 a[5 * slot + 2] += gap
             elif gap < threshold:
                 a[5 * slot + 3] += gap
             else:
                 a[5 * slot + 4] += gap
-        a[5 * slot] = ts[i] + dur[i]
+            if ts[i] + dur[i] > prev_end:
+                a[5 * slot] = ts[i] + dur[i]
+        else:
+            a[5 * slot] = ts[i] + dur[i]
         a[5 * slot + 1] += 1
     return [(streams[s], a[5 * s + 1], a[5 * s + 2], a[5 * s + 3], a[5 * s + 4]) for s in range(m)]
 

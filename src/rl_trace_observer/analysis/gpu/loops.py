@@ -13,7 +13,7 @@ import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate, pairwise
+from itertools import accumulate
 from operator import sub
 from typing import Any
 
@@ -150,20 +150,25 @@ def stream_gaps(
     order: Q, ts: Q, dur: Q, stream: Q, launch_ts: Q, threshold: int
 ) -> list[tuple[int, int, int, int, int]]:
     """HTA's ``get_idle_time_breakdown`` per stream: (stream, kernels, host, kernel, other), by stream.
-    The gap before each kernel (its start minus the previous kernel's end on the stream, in start
-    order) goes to host wait when it was launched after that end, else to kernel wait below the
-    threshold, else to other."""
+    The gap before each kernel (its start minus the latest end of the kernels before it on the stream,
+    in start order) goes to host wait when it was launched after that end, else to kernel wait below
+    the threshold, else to other. A kernel that starts before the ones before it ended (programmatic
+    dependent launch overlaps consecutive kernels of a stream) leaves no gap: HTA, measuring from the
+    previous kernel's end alone, counts that overlap as negative idle."""
     per: dict[int, list[int]] = defaultdict(list)
     for i in order:
         per[stream[i]].append(i)
     out = []
     for s, ks in sorted(per.items()):
         waits = [0, 0, 0]
-        for prev, i in pairwise(ks):
-            prev_end = ts[prev] + dur[prev]
+        prev_end = ts[ks[0]] + dur[ks[0]]
+        for i in ks[1:]:
             gap = ts[i] - prev_end
-            launched = launch_ts[i]
-            waits[0 if launched != UNKNOWN and launched > prev_end else 1 if gap < threshold else 2] += gap
+            if gap > 0:
+                launched = launch_ts[i]
+                after = launched != UNKNOWN and launched > prev_end
+                waits[0 if after else 1 if gap < threshold else 2] += gap
+            prev_end = max(prev_end, ts[i] + dur[i])
         out.append((s, len(ks), waits[0], waits[1], waits[2]))
     return out
 

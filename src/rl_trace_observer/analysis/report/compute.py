@@ -413,7 +413,7 @@ def build_summary(
         "schema": SCHEMA,
         "source": {
             "path": data.path,
-            "events": data.events,
+            "events": data.events - data.names,  # what the merge summary says: names are no events
             "spans_seen": data.spans_seen,
             "stage_spans": len(work),
             "step_markers": len(markers),

@@ -105,7 +105,8 @@ class TraceData:
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)  # top-level keys other than traceEvents
     gpu: KernelStore = field(default_factory=KernelStore)  # Kineto kernels and their launches
-    events: int = 0
+    events: int = 0  # timeline events, as the merge counts them (its events_kept): names aside
+    names: int = 0  # metadata events (process and thread names, sort indexes)
     spans_seen: int = 0
     unmatched_ends: int = 0
     dropped: int = 0  # events whose fields had unexpected types
@@ -165,6 +166,7 @@ class _Collector:
             elif ph == "C":
                 self._counter(ev)
             elif ph == "M":
+                self.data.names += 1
                 self._meta(ev)
         if self.gpu and (kernels or launches):
             _gpu_columns(self.data.gpu, kernels, launches)

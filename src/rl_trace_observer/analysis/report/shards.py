@@ -33,7 +33,7 @@ def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
         "rl_trace_observer": shards.doc.get("trace", {}).get("header") or {},
         "displayTimeUnit": "ms",
     }
-    data.events = int(shards.doc.get("trace", {}).get("events") or shards.rows)
+    data.events = shards.rows  # every kept event is one row: the merge's events_kept
     for p in shards.processes:
         data.process_names[p["trace_pid"]] = p["name"]
         data.process_args[p["trace_pid"]] = {"name": p["name"]}
