@@ -193,10 +193,11 @@ def test_remap_identity_gpu_lanes_under_owner_and_threads_per_source() -> None:
     assert names == {"Torch · thread 1234 (python)", "Torch · stream 7"}
 
 
-def test_identity_numbers_fit_uint32_and_never_collide_across_hosts() -> None:
+def test_identity_numbers_fit_and_never_collide_across_hosts() -> None:
+    """pids (and their sub-processes) below 2**31: ``.pftrace`` holds them as int32, JSON as uint32."""
     a, b = identity.fallback_pid(ProcessKey("a", 1)), identity.fallback_pid(ProcessKey("b", 1))
-    assert a != b and 0 < a < 2**32 and 0 < b < 2**32
-    assert identity.planned_pid(0) == 256 and identity.planned_pid(identity.PLANNED_LIMIT - 1) < 2**32
+    assert a != b and 2**30 <= a < 2**31 - 255 and 2**30 <= b < 2**31 - 255
+    assert identity.planned_pid(0) == 256 and identity.planned_pid(identity.PLANNED_LIMIT - 1) + 255 < 2**30
     assert identity.merged_tid(15, 2**28 - 1) < 2**32 and identity.merged_tid(1, "lane") < 2**32
     assert len({identity.sub_slot(f"GPU {i}") for i in range(8)} | {identity.sub_slot("Proton")}) == 9
 

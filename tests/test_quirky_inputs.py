@@ -395,3 +395,34 @@ def test_an_absurd_timestamp_costs_no_other_file_its_events(
         if fmt == "pftrace" or label == "70 years on":
             loaded = engine.load(res.output)
             assert loaded.ok and loaded.slices == res.manifest["counts"]["slices"], loaded.summary()
+
+
+# ------------------------------------------------------------------ events of an unknown process
+def test_pid_minus_one_events_are_one_named_process_in_both_formats(engine: Any, tmp_path: Path) -> None:
+    """Events whose pid names no process of the file (``pid -1``) get a process of their own, hashed
+    above the planned pids: ``.pftrace`` holds pids as int32, so one past 2**31 became two processes
+    there (an unnamed one with the negative pid); now both formats show the same named processes."""
+    doc, _ = pdl_trace()
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": "orphan", "pid": -1, "tid": -1, "ts": 50.0 + i, "dur": 0.5}
+        for i in range(3)
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rank0.pt.trace.json").write_text(json.dumps(doc))
+    seen = []
+    for fmt in ("json.gz", "pftrace"):
+        res = merge([str(tmp_path / "in")], str(tmp_path / f"out.{fmt}"))
+        loaded = engine.load(
+            res.output,
+            [
+                "select pid, name from process where upid != 0 order by pid",
+                "select p.name, count(*) from slice s join thread_track tt on s.track_id = tt.id "
+                "join thread using(utid) join process p using(upid) where s.name = 'orphan' group by 1",
+            ],
+        )
+        assert loaded.ok, loaded.summary()
+        processes = loaded.queries[0].rows
+        assert all(name and pid > 0 for pid, name in processes), processes
+        assert [tuple(r) for r in loaded.queries[1].rows] == [("unknown-host · pid -1", 3)]
+        seen.append(processes)
+    assert seen[0] == seen[1]

@@ -1,11 +1,14 @@
-"""Merged pids and tids: every number fits Perfetto's uint32 space and means one thing.
+"""Merged pids and tids: every number fits Perfetto's space and means one thing.
 
 - A planned OS process (known before reading, from process records and file heads) gets
   ``(index + 1) << 8``, with ``index`` its place in the natural order (trainer, actor ranks,
   rollout replicas, ...): the merged pid doubles as the sort index.
 - Its sub-processes (Kineto GPU devices, Proton's pid 0, Kineto's "Spans") take the low 8 bits, so
   they sort right after their owner and two artifacts of one process agree on them without talking.
-- An OS process first met inside a file (a VizTracer child, say) gets a hash in the upper half.
+- An OS process first met inside a file (a VizTracer child, say, or Kineto's ``pid -1`` events) gets a
+  hash in ``[2**30, 2**31)``. Every pid stays below 2**31: ``.pftrace`` descriptors hold pids as int32
+  and the JSON importer as uint32, so a larger pid split one process in two in ``.pftrace`` (an unnamed
+  one with the negative pid beside the named one) while the JSON output showed it once.
 - A thread is ``(source << 28) | lane``: per process, each source has its own tracks (Torch's and
   VizTracer's view of one OS thread must not share a track: their slices overlap partially).
 
@@ -21,8 +24,8 @@ from typing import Any
 
 from .model import ProcessKey
 
-PLANNED_LIMIT = 1 << 23
-_FALLBACK_BIT = 1 << 31
+PLANNED_LIMIT = (1 << 22) - 1  # planned pids stay below the hashed ones
+_FALLBACK_BIT = 1 << 30
 _LANE_BITS = 28
 _DEVICE = re.compile(r"^(?:GPU|NPU|XPU|HPU|MTIA|Device|device)\D*(\d+)")
 _FIXED_SLOTS = {"Spans": 130, "Traces": 131, "Kineto": 132}
@@ -35,8 +38,8 @@ def planned_pid(index: int) -> int:
 
 
 def fallback_pid(key: ProcessKey) -> int:
-    """A process the planner did not know: hashed into the upper half of the pid space."""
-    return _FALLBACK_BIT | ((zlib.crc32(str(key).encode()) & 0x7FFFFF) << 8)
+    """A process the planner did not know: hashed into ``[2**30, 2**31)`` (see the module docstring)."""
+    return _FALLBACK_BIT | ((zlib.crc32(str(key).encode()) & 0x3FFFFF) << 8)
 
 
 def sub_slot(label: str) -> int:
