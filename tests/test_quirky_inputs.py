@@ -192,6 +192,14 @@ def test_gpu_figures_of_overlapping_kernels_are_the_exact_union(pdl: dict[str, A
         assert db.execute("SELECT count(*) FROM kernels").fetchone() == (41,)
 
 
+def test_the_report_counts_the_events_the_merge_kept(pdl: dict[str, Any]) -> None:
+    """issue 34: the merge summary said 40,535 events and the report's header 40,551 (it counted
+    process and thread names too). Both say the manifest's ``events_kept``, from JSON and from shards."""
+    kept = pdl["merged"]["json.gz"].manifest["counts"]["events_kept"]
+    for source in (pdl["root"] / "out.json.gz", pdl["root"] / "sh-json.gz", pdl["root"] / "sh-pftrace"):
+        assert summarize(source, gpu=False)["source"]["events"] == kept == 165, source.name
+
+
 # ------------------------------------------------------------------ a 2021 PyTorch profiler trace
 def trace_2021(n: int = 40) -> dict[str, Any]:
     """torch 1.8-1.9 ``export_chrome_trace``: ``schemaVersion`` but no anchor (absolute epoch µs), no
