@@ -168,7 +168,7 @@ PROBLEM_KINDS = (
     "incomplete",  # truncated gzip, cut last JSONL line, unreadable or empty file
     "duplicate",  # the same bytes under two paths: the later copy is skipped
     "missing",  # registered in a process record but not among the inputs
-    "unlinked",  # no owning process record; placed by host/pid from the file
+    "unlinked",  # no owning record where the inputs have records (or no pid, or ranks on one pid)
     "mixed_runs",  # artifacts of several run ids and no --run
     "no_step_window",  # --step given but no step span/snapshot defines that step's time window
     "unanchored",  # no absolute time anchor (upstream Proton): skipped, never placed at time zero
