@@ -91,7 +91,8 @@ def to_output(
     mpid = mtid = prev_mpid = prev_mtid = 0
     # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack, first start]; mode 0
     # empty, 4 one slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly
-    # afterwards. The first start (of an X or B slice) tells which flow events can bind (.flowbind).
+    # afterwards. The earliest start of an X or B slice tells which flow events can bind (.flowbind):
+    # in start order it is the first slice's, so the common lane pays nothing for it.
     # Start order keeps the open slices' ends (stack 1); exit order the starts and ends of the slices
     # no later one has enclosed yet (stacks 1 and 2), ``end`` the last end (exit order never lowers it).
     lanes: dict[tuple[int, int], list[Any]] = {}
@@ -106,7 +107,8 @@ def to_output(
     scope_cat, scope_name, viz_scopes = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, space.viz_scopes
     scope_prefix, scope_mask, linked, unlinked = space.scope_prefix(), SCOPE_ID_MASK, 0, 0
     chains: dict[Any, dict[Any, list[int]]] = {}
-    chained: list[tuple[Event, Any, list[Any]]] = []  # v1 flow events with their time and lane
+    # v1 flow events that started before every slice of their lane seen so far: maybe unbound (.flowbind)
+    early: list[tuple[Event, Any, list[Any]]] = []
     chain: dict[Any, list[int]] = {}
     lcat: Any = _NO_CHAIN
     lname: Any = _NO_CHAIN
@@ -183,8 +185,6 @@ def to_output(
         e.pid = mpid
         e.tid = mtid
         if is_x:
-            if y < lane[6]:
-                lane[6] = y
             mode = lane[0]
             if mode != 3:  # nesting, inlined (.nesting has the rule): certify the lane as it streams
                 end = y + dn
@@ -202,7 +202,11 @@ def to_output(
                     else:
                         lane[0] = 3
                         unsure.add((mpid, mtid))
+                        if y < lane[6]:
+                            lane[6] = y
                 elif mode == 2:  # exit order: this slice encloses the earlier ones that start in it
+                    if y < lane[6]:
+                        lane[6] = y
                     if end < lane[3]:
                         lane[0] = 3
                         unsure.add((mpid, mtid))
@@ -224,15 +228,15 @@ def to_output(
                     if lane[0] == 3:
                         unsure.add((mpid, mtid))
                 else:
-                    lane[0], lane[1], lane[2], lane[3] = 4, y, dn, end
+                    lane[0], lane[1], lane[2], lane[3], lane[6] = 4, y, dn, end, y
+            elif y < lane[6]:
+                lane[6] = y
             if e.bind_id is not unset:
                 space.bind(e)
             if scoped is not None and e.cat == "scope" and e.args is not unset:
                 scoped.append(e)
             append(e)
             continue
-        if ph == "B" and y < lane[6]:
-            lane[6] = y
         fid = e.id
         if ph in v1 and fid is not unset:
             cat = e.cat
@@ -285,11 +289,14 @@ def to_output(
             e.id = st[0]
             if e.bind_id is not unset:
                 space.bind(e)
-            chained.append((e, y, lane))
+            if y < lane[6]:  # no slice of its lane at or before it yet: judged at the end
+                early.append((e, y, lane))
             append(e)
             continue
         if (ph in v1 or ph in other_flows or e.bind_id is not unset) and not space.add(e, ph):
             continue
+        if ph == "B" and y < lane[6]:  # a B slice binds flows too
+            lane[6] = y
         counts[ph] = counts.get(ph, 0) + 1
         append(e)
     if long_slices or hi - lo > SPREAD_NS:  # times too far apart to judge here (.outliers)
@@ -302,7 +309,7 @@ def to_output(
         ns = us_to_exact_ns if unit_ns == 1000 else int
         count_overlaps(ctx, *to_overlap_tracks(out, by_lane(out, unsure), ns, mapper.threads))
     phases = {"s": n_s, "t": n_t, "f": n_f}
-    gone = {id(e) for e, t, st in chained if t < st[6] and (e.ph != "f" or e.bp == "e")}
+    gone = {id(e) for e, t, st in early if t < st[6] and (e.ph != "f" or e.bp == "e")}
     if gone:  # flow events no slice of their thread can take (.flowbind): left out, counted again
         out = _without(out, gone, phases, ctx)
         chains, links, unpaired = {None: recount(out)}, 0, 0
@@ -335,6 +342,8 @@ def _nest_other(lane: list[Any], y: Any, dn: Any, end: Any, mode: int) -> None:
 
     Exit order (ends never decrease: VizTracer writes a call when it returns) nests when every slice
     contains the ones before it that start inside it and starts after the end of the others."""
+    if y < lane[6]:  # the lane's earliest start (.flowbind): its first slice's, unless this one's
+        lane[6] = y
     if mode == 4:
         fy, fd, fe = lane[1], lane[2], lane[3]
         if y > fy or (y == fy and dn <= fd):  # start order: replay the first slice, then this one
@@ -384,6 +393,6 @@ def _time_constants(shift_ns: int, source_ns: bool) -> tuple[Any, Any, Any]:
 def _exact(ts: float | int, shift_ns: int, source_ns: bool, low_ns: int) -> int:
     """The integer route for values far from the base (or garbage, or implausibly early: raises)."""
     y = int(ts) + shift_ns if source_ns else us_to_ns(ts) + shift_ns
-    if not max(-MAX_TS_NS, low_ns) <= y < MAX_TS_NS:
+    if not (low_ns <= y < MAX_TS_NS and y > -MAX_TS_NS):
         raise ValueError
     return y
