@@ -23,6 +23,7 @@ from rl_trace_observer.merge.pipeline import merge
 from rl_trace_observer.merge.timeline.model import us_to_ns
 
 BASE = 1_790_857_026_000_000_000  # a Kineto-style anchor (floored wall clock)
+BASE_FAR = 0  # absurd times are given relative to the anchor too
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -385,3 +386,79 @@ def test_the_brute_force_rule_is_what_perfetto_keeps(engine: Any, tmp_path: Path
         if path != original:
             assert sorted(i for _, _, i in rows) == list(range(len(events)))  # and none is lost
             assert any("(overlap" in name for _, name, _ in rows)  # the rule is exercised
+
+
+def _flows_file(slices: list[tuple[int, int, int]], flows: list[tuple[str, int, int]]) -> bytes:
+    """A Kineto file: slices (ts, dur, tid) and v1 flow events (ph, ts, tid), all with id 7 + i."""
+    raw = [
+        _x_json("x", 77, tid, us(ts), us(dur), f',"args":{{"i":{i}}}')
+        for i, (ts, dur, tid) in enumerate(slices)
+    ]
+    raw += [
+        f'{{"ph":"{ph}","cat":"c","name":"n","id":{7 + i},"pid":77,"tid":{tid},"ts":{us(ts)},"bp":"e"}}'
+        for i, (ph, ts, tid) in enumerate(flows)
+    ]
+    head = f'{{"schemaVersion":1,"deviceProperties":[],"baseTimeNanoseconds":{BASE},"traceEvents":['
+    return (head + ",".join(raw) + "]}").encode()
+
+
+@SETTINGS
+@given(
+    slices=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30), st.integers(1, 3)), max_size=12),
+    flows=st.lists(st.tuples(st.sampled_from("stf"), st.integers(0, 80), st.integers(1, 3)), max_size=12),
+    flows_first=st.booleans(),
+)
+def test_flow_events_no_slice_takes_are_left_out_by_both_paths(
+    slices: list[tuple[int, int, int]], flows: list[tuple[str, int, int]], flows_first: bool
+) -> None:
+    """A flow event with no slice of its thread starting at or before it is left out, counted, by the
+    fused loop and the listed passes alike (wherever the file puts it); every other one is kept."""
+    raw = _flows_file(slices, flows)
+    if flows_first:  # the flow events before the slices in the file: judged at the end, not as they come
+        doc = json.loads(raw)
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["ph"] != "X"] + [
+            e for e in doc["traceEvents"] if e["ph"] == "X"
+        ]
+        raw = json.dumps(doc).encode()
+    want = sum(1 for _, ts, tid in flows if not any(s <= ts and t == tid for s, _, t in slices))
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "t.pt.trace.json").write_bytes(raw)
+        fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
+        slow = merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
+        if not slices:  # no slice: nothing a flow can bind to, so nothing is written
+            assert fast.manifest["counts"].get("unbound_flow_events", 0) in (0, want)
+            return
+        a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
+        b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
+    assert a == b
+    for res in (fast, slow):
+        assert res.manifest["counts"].get("unbound_flow_events", 0) == want
+        assert res.manifest["counts"]["flows"] == slow.manifest["counts"]["flows"]
+    assert sum(1 for e in a if e["ph"] in "stf") == len(flows) - want
+
+
+@SETTINGS
+@given(
+    times=st.lists(st.integers(0, 10**6), min_size=7, max_size=20),  # the file's own: the majority
+    absurd=st.lists(st.sampled_from([-(10**17), 93 * 86_400 * 10**6, 70 * 365 * 86_400 * 10**6]), max_size=3),
+)
+def test_events_far_from_their_file_are_left_out_by_both_paths(times: list[int], absurd: list[int]) -> None:
+    """Events of one file within a second, plus a few at absurd times (3 years before, 93 days on, 70
+    years on): exactly the absurd ones are left out (counted), by the fused loop and the listed passes
+    alike, and the timeline starts where the rest does."""
+    events = [("x", t * 1000, 1000, 1) for t in times] + [
+        ("far", BASE_FAR + a * 1000, 1000, 1) for a in absurd
+    ]
+    raw = ",".join(_x_json(n, 77, tid, us(ts), us(dur)) for n, ts, dur, tid in events)
+    doc = f'{{"schemaVersion":1,"deviceProperties":[],"baseTimeNanoseconds":{BASE},"traceEvents":[{raw}]}}'
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "t.pt.trace.json").write_text(doc)
+        fast = merge([tmp], str(Path(tmp) / "fast.json"), MergeOptions(workers=0))
+        slow = merge([tmp], str(Path(tmp) / "slow.json"), MergeOptions(workers=0, time_window=(0, 4e9)))
+        a = json.loads((Path(tmp) / "fast.json").read_text())["traceEvents"]
+        b = json.loads((Path(tmp) / "slow.json").read_text())["traceEvents"]
+    assert a == b and sorted(e["name"] for e in a if e["ph"] == "X") == ["x"] * len(times)
+    for res in (fast, slow):
+        art = res.manifest["artifacts"][0]["events"]
+        assert (art["kept"], art["dropped"]) == (len(times), len(absurd))
+        assert res.manifest["timeline"]["start_ns"] == BASE + min(times) * 1000

@@ -14,17 +14,18 @@ what they did into ``ctx.stats``.
    a global instant (``"s": "g"``) stays on its owner, declaring nothing.
 5. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
    track beside their thread, with the flow events bound to them (:mod:`.nesting`).
-6. ``drop_unbound_flows``: v1 flow events no slice of their thread can take (:mod:`.flowbind`),
-   which Perfetto's JSON importer drops and a protobuf writer would give an instant of their own.
-7. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
+6. ``link_scopes``: TokenSpeed's VizTracer→Proton scope flows, ended on the Proton scope with the
    same ``args.scope_id`` of the same rank; unmatched starts are dropped.
-8. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
+7. ``namespace_ids``: flow and async ids into this artifact's own id space, splitting ids a source
    reuses (Proton launch ids) so Perfetto never sees ``flow_duplicate_id``. A flow is one start and
    every step and end after it with its id, until the next start: Perfetto links each end to the
    start (a CUDA-graph launch has one ``s`` and one ``f`` per kernel of the graph, all with one id).
    The exception is a *run-scoped* ``bind_id`` (a string starting ``rl-trace:``, e.g. a rollout
    request's client and server spans in two processes): it gets the same id in every artifact
    (:func:`run_flow_id`, at or above 2**62, where no artifact namespace below 2**22 reaches).
+8. ``drop_unbound_flows``: v1 flow events no slice of their thread can take (:mod:`.flowbind`),
+   which Perfetto's JSON importer drops and a protobuf writer would give an instant of their own;
+   after the ids are given, as the fused loop gives them, and the flow counts taken again.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..formats.base import Format, ReadContext, ReadResult
 from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, same_thread, sub_slot
 from ..timeline.model import Event, ProcessKey
 from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
-from .flowbind import UNBOUND, first_starts, unbound
+from .flowbind import UNBOUND, first_starts, recount, unbound
 from .nesting import by_lane, to_overlap_tracks
 from .outliers import OUTLIERS, far_from_the_rest
 
@@ -239,8 +240,20 @@ def drop_unbound_flows(events: list[Event], ctx: PassContext) -> list[Event]:
     gone = unbound(events, first_starts(events))
     if not gone:
         return events
+    kept = [e for e in events if id(e) not in gone]
+    (links, unpaired), (links_now, unpaired_now) = _chain_counts(events), _chain_counts(kept)
+    ctx.count("flows", links_now - links)
+    ctx.count("unpaired_flow_events", unpaired_now - unpaired)
     ctx.count(UNBOUND, len(gone))
-    return [e for e in events if id(e) not in gone]
+    return kept
+
+
+def _chain_counts(events: list[Event]) -> tuple[int, int]:
+    """(links, unpaired events) of the namespaced v1 flow chains of ``events``, as :func:`_close` counts."""
+    links = unpaired = 0
+    for st in recount(events).values():
+        links, unpaired = _close(st, links, unpaired)
+    return links, unpaired
 
 
 def scope_flow_id(namespace: int, scope_id: int) -> int:
@@ -368,9 +381,9 @@ PASSES: tuple[Callable[[list[Event], PassContext], list[Event]], ...] = (
     filter_events,
     remap_identity,
     move_overlaps,
-    drop_unbound_flows,
     link_scopes,
     namespace_ids,
+    drop_unbound_flows,
 )
 
 
