@@ -29,7 +29,7 @@ from rl_trace_observer.analysis.report.output import summarize
 from rl_trace_observer.merge.options import MergeOptions
 from rl_trace_observer.merge.pipeline import merge
 
-from .conftest import merge_cli
+from .conftest import merge_cli, need
 
 pytestmark = pytest.mark.perfetto
 
@@ -138,11 +138,19 @@ def pdl(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (root / "in").mkdir()
     with gzip.open(root / "in" / "rank0.pt.trace.json.gz", "wt") as f:
         json.dump(doc, f)
-    merged = {
-        fmt: merge([str(root / "in")], str(root / f"out.{fmt}"), MergeOptions(shards=str(root / f"sh-{fmt}")))
-        for fmt in ("json.gz", "pftrace")
-    }
+    merged = {fmt: merge([str(root / "in")], str(root / f"out.{fmt}")) for fmt in ("json.gz", "pftrace")}
     return {"root": root, "gpu": gpu, "merged": merged}
+
+
+@pytest.fixture(scope="module")
+def pdl_shards(pdl: dict[str, Any]) -> list[Path]:
+    """The same trace merged with span shards, in both formats (pyarrow: the 'shards' extra)."""
+    need("pyarrow")
+    root = pdl["root"]
+    for fmt in ("json.gz", "pftrace"):
+        res = merge([str(root / "in")], str(root / f"sh.{fmt}"), MergeOptions(shards=str(root / f"sh-{fmt}")))
+        assert res.exit_code == 0
+    return [root / "sh-json.gz", root / "sh-pftrace"]
 
 
 def test_overlapping_kernels_stay_in_the_timeline_on_an_overlap_track(
@@ -172,31 +180,41 @@ def test_overlapping_kernels_stay_in_the_timeline_on_an_overlap_track(
     assert seen["json.gz"] == seen["pftrace"]  # slice for slice, name by name
 
 
-def test_gpu_figures_of_overlapping_kernels_are_the_exact_union(pdl: dict[str, Any]) -> None:
-    """Busy and compute time of the device are the union of its kernels (and memset), computed here
-    apart from the report, exactly; no GPU op is missing from the report or the ``kernels`` table."""
-    gpu = pdl["gpu"]
+def _gpu_is_the_exact_union(source: Path, gpu: list[tuple[str, int, int, int]]) -> None:
     busy = _union([(lo, hi) for _, _, lo, hi in gpu])
     compute = _union([(lo, hi) for name, _, lo, hi in gpu if name == GEMM])
     assert sum(hi - lo for _, _, lo, hi in gpu) > busy  # they do overlap: a sum would overcount
-    for source in (pdl["root"] / "out.json.gz", pdl["root"] / "sh-json.gz", pdl["root"] / "sh-pftrace"):
-        report = summarize(source)["gpu"]
-        assert report["kernels"] == len(gpu) == 41
-        (run,) = [r for r in report["rows"] if r["scope"] == "run" and r["stage"] == "all"]
-        assert (run["busy_ns"], run["compute_ns"]) == (busy, compute), source.name
-        assert run["wall_ns"] == max(hi for *_, hi in gpu) - min(lo for _, _, lo, _ in gpu)
-    pytest.importorskip("duckdb")
+    report = summarize(source)["gpu"]
+    assert report["kernels"] == len(gpu) == 41
+    (run,) = [r for r in report["rows"] if r["scope"] == "run" and r["stage"] == "all"]
+    assert (run["busy_ns"], run["compute_ns"]) == (busy, compute), source.name
+    assert run["wall_ns"] == max(hi for *_, hi in gpu) - min(lo for _, _, lo, _ in gpu)
+
+
+def test_gpu_figures_of_overlapping_kernels_are_the_exact_union(pdl: dict[str, Any]) -> None:
+    """Busy and compute time of the device are the union of its kernels (and memset), computed here
+    apart from the report, exactly; no GPU op is missing from the report."""
+    _gpu_is_the_exact_union(pdl["root"] / "out.json.gz", pdl["gpu"])
+
+
+def test_gpu_figures_from_span_shards_and_the_kernels_table(
+    pdl: dict[str, Any], pdl_shards: list[Path]
+) -> None:
+    """The same from span shards of both formats, and the ``kernels`` table holds every GPU op."""
+    for shards in pdl_shards:
+        _gpu_is_the_exact_union(shards, pdl["gpu"])
+    need("duckdb")
     from rl_trace_observer.analysis.query.sql import open_run
 
-    with open_run(pdl["root"] / "sh-json.gz") as db:
+    with open_run(pdl_shards[0]) as db:
         assert db.execute("SELECT count(*) FROM kernels").fetchone() == (41,)
 
 
-def test_the_report_counts_the_events_the_merge_kept(pdl: dict[str, Any]) -> None:
+def test_the_report_counts_the_events_the_merge_kept(pdl: dict[str, Any], pdl_shards: list[Path]) -> None:
     """issue 34: the merge summary said 40,535 events and the report's header 40,551 (it counted
     process and thread names too). Both say the manifest's ``events_kept``, from JSON and from shards."""
     kept = pdl["merged"]["json.gz"].manifest["counts"]["events_kept"]
-    for source in (pdl["root"] / "out.json.gz", pdl["root"] / "sh-json.gz", pdl["root"] / "sh-pftrace"):
+    for source in (pdl["root"] / "out.json.gz", *pdl_shards):
         assert summarize(source, gpu=False)["source"]["events"] == kept == 165, source.name
 
 
