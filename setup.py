@@ -1,22 +1,45 @@
-"""The merger's optional compiled twin of its ``.pftrace`` encoder (Cython; see README "Dependencies").
+"""The merger's optional compiled twins (Cython; see README "Dependencies").
 
-The pure-Python code stays the reference: ``writers/_pftrace_native.pyx`` reproduces
-``FusedWriter``'s loops byte for byte and tests compare the two. A machine without a C compiler still
-installs: the extension is optional and the merger falls back to Python. (``transform/fastpath.py``
-compiled as is saved 0-5 % of a ``.json.gz`` merge's CPU: not worth a second twin.)
+The pure-Python code stays the reference: ``merge/output/_pftrace_native.pyx`` reproduces
+``FusedWriter``'s loops byte for byte and tests compare the two. A twin whose source is a ``.py``
+(``transform/fastpath.py``, the fused per-event loop) is that very module compiled, under the twin's
+name: nothing to keep in step by hand, and the same tests compare it. A machine without a C compiler
+still installs: the extensions are optional and the merger falls back to Python.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import runpy
 
 from setuptools import Extension, setup
 
-PKG = "src/rl_trace_observer/merge"
-TWINS = {
-    "rl_trace_observer.merge.writers._pftrace_native": f"{PKG}/writers/_pftrace_native.pyx",
-    "rl_trace_observer.analysis.gpu._gpu_native": "src/rl_trace_observer/analysis/gpu/_gpu_native.pyx",
-}
+ROOT = "src/rl_trace_observer"
+# the one list of twins (common/twin_sources.py), read before the package is installed
+_LIST = runpy.run_path(f"{ROOT}/common/twin_sources.py")
+TWINS = {name: f"{ROOT}/{rel}" for name, rel in _LIST["TWINS"].items()}
+
+
+def _built_from(src: str) -> tuple[str, str]:
+    """The C macro each twin exposes as SOURCE_SHA256: how ``common/twins.py`` tells it is current."""
+    with open(src, "rb") as f:
+        return (_LIST["HASH_MACRO"], '"' + hashlib.sha256(f.read()).hexdigest() + '"')
+
+
+def _python_twin(name: str, src: str) -> str:
+    """A ``.py`` source, copied as the twin's own module (Cython names a module after its file) with
+    the source's hash as ``SOURCE_SHA256`` (``common/twins.py`` compares it with the source).
+    Annotations stay hints: compiled, the module keeps Python's semantics (Cython would otherwise
+    make a ``float`` annotation a C double and a ``list`` one a type check)."""
+    with open(src, "rb") as f:
+        text = f.read()
+    dest = os.path.join("build", "cython", "py_twins", *name.split(".")) + ".py"
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    line = f'\nSOURCE_SHA256 = "{hashlib.sha256(text).hexdigest()}"  # setup.py: built from this source\n'
+    with open(dest, "wb") as f:  # the directive line first, so the source's lines are one further down
+        f.write(b"# cython: annotation_typing=False\n" + text + line.encode())
+    return dest
 
 
 def _extensions() -> list[Extension]:
@@ -26,7 +49,16 @@ def _extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # building without Cython: the Python path only
         return []
-    exts = [Extension(name, [src], optional=True) for name, src in TWINS.items()]
+    exts = [
+        Extension(
+            name,
+            [_python_twin(name, src) if src.endswith(".py") else src],
+            optional=True,
+            define_macros=[_built_from(src)],
+            extra_compile_args=["-ffp-contract=off"],  # no fused multiply-add: Python's float results
+        )
+        for name, src in TWINS.items()
+    ]
     return cythonize(
         exts,
         build_dir="build/cython",

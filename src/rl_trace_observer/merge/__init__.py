@@ -7,9 +7,10 @@ An event goes one way, source → format → transform → writer:
                   planning hints, the read onto the timeline, its clock probe, partner and counts;
 - ``plan/``       what each file is, which process owns it, what to merge;
 - ``clock/``      each host's correction, pair estimates for per-artifact alignment, causality checks;
-- ``run/``        a job: read its files, align them on their partners, then —
-- ``transform/``    correct, filter, remap identities, drop what cannot nest, namespace flow ids,
-- ``writers/``      serialise (Chrome JSON, Perfetto protobuf) into pieces; ``run/stitch`` joins them;
+- ``job/``        one file at a time, forward: read, align on its partner, the passes, counts, emit —
+- ``transform/``    correct, filter, remap identities, move what cannot nest, namespace flow ids,
+- ``output/``       serialise (Chrome JSON, Perfetto protobuf) into pieces, deflate, spill; the
+                    job's stitcher joins them into one file;
 - ``shards/``     every kept event also as a row of the span table (``--shards``);
 - ``manifest/``   what went in, what came out, what went wrong;
 - ``views/``      outputs written from span shards instead of the inputs;
@@ -17,7 +18,7 @@ An event goes one way, source → format → transform → writer:
                   nodes in :mod:`rl_trace_observer.cluster`.
 
 ``timeline/`` is the vocabulary they share (events, identities, times) and ``options`` what a merge is
-asked for. ``tests/test_package_hygiene.py`` ranks these folders: each imports only lower ones.
+asked for. ``tests/project/test_package_hygiene.py`` ranks these folders: each imports only lower ones.
 
 This package is callable — ``rl_trace_observer.merge(inputs, output, options)`` — and importing it
 imports nothing else (the merger loads on the first call). For type checkers, the same function is
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .options import MergeOptions, MergeResult
@@ -36,12 +37,13 @@ if TYPE_CHECKING:
 __all__ = ["merge"]
 
 
-def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
-    """Merge files, directories (recursively) or fsspec URLs into ``output`` on this machine
-    (:func:`.pipeline.local.merge`)."""
-    from .pipeline.local import merge as merge_here
+def __getattr__(name: str) -> Any:
+    """``merge`` is :func:`.pipeline.local.merge` itself (one definition), imported on first use."""
+    if name == "merge":
+        from .pipeline.local import merge
 
-    return merge_here(inputs, output, options)
+        return merge
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _CallableModule(ModuleType):
@@ -49,6 +51,8 @@ class _CallableModule(ModuleType):
     subclass of ModuleType: the supported way to give a module behaviour)."""
 
     def __call__(self, inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
+        from .pipeline.local import merge
+
         return merge(inputs, output, options)
 
 

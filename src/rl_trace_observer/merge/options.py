@@ -13,7 +13,8 @@ from typing import Any
 
 from .timeline.model import Problem
 
-FORMATS = {".pftrace": "pftrace", ".pftrace.gz": "pftrace.gz", ".json.gz": "json.gz", ".json": "json"}
+# output suffix -> writer format (the INPUT formats are the registry, merge/formats/__init__.py FORMATS)
+OUTPUT_FORMATS = {".pftrace": "pftrace", ".pftrace.gz": "pftrace.gz", ".json.gz": "json.gz", ".json": "json"}
 
 
 class UsageError(ValueError):
@@ -33,6 +34,11 @@ class MergeOptions:
     clock_mode: str = "auto"  # auto | aligned | wall (see merge.clock.hosts)
     clock_tolerance_us: float = 1000.0
     shards: str | None = None  # also write span shards (Parquet) into this directory (.shards)
+    # file path (os.path.realpath) -> byte ranges of whole lines its reader may skip when the merge is
+    # cut to time windows: lines a caller that followed the file (``rl-trace watch``) knows hold only
+    # events ending long before every window, which the window would drop anyway. Why: a step's merge
+    # then reads the step's part of a growing run, not the whole run again (see job/read.py)
+    skip_lines: dict[str, tuple[tuple[int, int], ...]] | None = field(default=None, repr=False)
     progress: Callable[[int, int], None] | None = field(default=None, repr=False)
 
 
@@ -55,7 +61,7 @@ class MergeResult:
 
 
 def output_format(output: str) -> str:
-    for suffix, fmt in FORMATS.items():
+    for suffix, fmt in OUTPUT_FORMATS.items():
         if output.endswith(suffix):
             return fmt
     raise UsageError(
@@ -70,7 +76,7 @@ def default_workers() -> int:
 
 def step_output(output: str, step: int) -> str:
     """``run.json.gz`` → ``run.step3.json.gz``."""
-    for suffix in FORMATS:
+    for suffix in OUTPUT_FORMATS:
         if output.endswith(suffix):
             return f"{output[: -len(suffix)]}.step{step}{suffix}"
     raise UsageError(f"{output}: unknown output format; use .json, .json.gz, .pftrace or .pftrace.gz")

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ..timeline.model import us_to_ns
+from ..timeline.model import BAD_JSON, us_to_ns
 from .pairs import AFTER, BEFORE, Pair
 
 __all__ = [
@@ -230,7 +230,7 @@ def scan_viztracer_scope_starts(data: bytes) -> ScopeScan:
     gc.disable()  # a million small objects: the collector would rescan them again and again
     try:
         report = _REPORT.decode(data)
-    except msgspec.DecodeError as exc:
+    except BAD_JSON as exc:
         raise ValueError(f"not a readable VizTracer report: {exc}") from exc
     finally:
         if was_enabled:

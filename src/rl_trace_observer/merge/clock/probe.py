@@ -6,7 +6,7 @@ in files that can be hundreds of MB. A worker already has each file's corrected 
 so it keeps the few that matter as tuples (``SpanSummary``) and sends them back with its outcome;
 the parent runs the checks on those (:meth:`..pipeline.clock.ClockChoice.check_causality`).
 
-What is kept is each format's own rule (``Format.probe``, ``Format.probe_cat``):
+What is kept is each format's own rule (``ClockEvidence`` and its ``probe_cat``):
 
 - RL-Insight: every complete span (stages: a handful per step and process);
 - Torch: complete events of category ``user_annotation`` (``record_function`` on the CPU; VERL's

@@ -1,3 +1,4 @@
-"""Bytes on disk: input files found and read exactly once (:mod:`.sources`), the gzip codec that
-stitches parallel deflate pieces into one member (:mod:`.compress`), the workers' part files
-(:mod:`.spill`) and the output's write-back (:mod:`.writeback`). No timeline knowledge here."""
+"""Input bytes on disk: files found and read exactly once, in bounded blocks (:mod:`.sources`),
+inflated as they are read with decompression bombs refused (:mod:`.inflate`), the machine's memory
+budget per file (:mod:`.budget`) and what is a regular file at all (:mod:`.kinds`). No timeline
+knowledge here; what the merge writes is :mod:`..output`."""

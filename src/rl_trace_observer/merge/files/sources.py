@@ -9,20 +9,21 @@ decompressed before the cut is still returned (the reader may salvage whole even
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import struct
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import fsspec
 
-from .compress import decompressobj
+from .budget import file_limit, too_large
+from .inflate import OUT_BLOCK, RAW_BLOCK, Oversized, RunGuard, TooLarge, decompressobj, read_all
+from .kinds import open_regular, why_not_regular
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
-_SALVAGE_BLOCK = 1 << 20
 
 
 class InputError(ValueError):
@@ -38,12 +39,20 @@ class Source:
     protocol: str
     rel: str
     size: int
+    # why this entry is not read at all (a FIFO, a symlink loop, ...: .kinds); None for a file to read
+    unreadable: str | None = None
 
     @property
     def name(self) -> str:
         return posixpath.basename(self.path)
 
+    @property
+    def local(self) -> bool:
+        return self.protocol in ("file", "local")
+
     def open(self) -> Any:
+        if self.local:  # never blocks on a FIFO put in the file's place since it was listed
+            return open_regular(self.path)
         fs = fsspec.filesystem(self.protocol)
         return fs.open(self.path, "rb")
 
@@ -62,6 +71,7 @@ class Head:
     gzip: bool
     tail: bytes = b""
     whole: bool = False  # ``data`` is the entire (decompressed) file
+    error: str | None = None  # why ``data`` is empty although the file may not be
 
     @property
     def ends(self) -> bytes:
@@ -80,6 +90,15 @@ class Content:
     sha256: str
     complete: bool
     error: str | None = None
+    unreadable: bool = False  # not opened or not read at all (``error`` says why)
+    oversized: bool = False  # a decompression bomb, left unread after its first long run (.inflate)
+
+
+def _size(fs: Any, path: str) -> int:
+    try:
+        return int(fs.size(path) or 0)
+    except Exception:  # a dangling link, a loop: its reason is found when it is listed
+        return 0
 
 
 def _protocol_of(fs: Any) -> str:
@@ -107,10 +126,11 @@ def discover(inputs: Sequence[str]) -> list[Source]:
             is_file = not is_dir and fs.isfile(path)
         except Exception as exc:  # permission errors, unreachable stores
             raise InputError(f"{raw}: cannot be listed ({exc})") from exc
-        if not is_dir and not is_file:
+        local = proto in ("file", "local")
+        if not is_dir and not is_file and not (local and os.path.lexists(path)):
             raise InputError(f"{raw}: no such file or directory")
-        if is_file:
-            entries: Iterable[tuple[str, int]] = [(path, int(fs.size(path) or 0))]
+        if not is_dir:  # a file named on the command line (a FIFO, a dangling link: named, skipped)
+            entries: Iterable[tuple[str, int]] = [(path, _size(fs, path))]
             root = posixpath.dirname(path.rstrip("/"))
         else:
             listing = fs.find(path, detail=True)
@@ -122,24 +142,33 @@ def discover(inputs: Sequence[str]) -> list[Source]:
             rel = posixpath.relpath(p, root) if root else p.lstrip("/")
             key = (proto, p)
             if key not in found:
-                found[key] = Source(url=_url(proto, p), path=p, protocol=proto, rel=rel, size=size)
+                why = why_not_regular(p) if local else None
+                found[key] = Source(
+                    url=_url(proto, p),
+                    path=p,
+                    protocol=proto,
+                    rel=rel,
+                    size=0 if why else size,
+                    unreadable=why,
+                )
     return sorted(found.values(), key=lambda s: (s.protocol, s.path))
 
 
 def read_head(source: Source, limit: int = HEAD_BYTES) -> Head:
-    """Up to ``limit`` decompressed bytes from the start of the file (empty on read errors)."""
+    """Up to ``limit`` decompressed bytes from the start of the file (empty, with ``error`` saying
+    why, when the file cannot be opened or its gzip stream does not inflate)."""
     try:
         with source.open() as f:
             raw = f.read(limit)
-    except Exception:
-        return Head(source, b"", False)
+    except Exception as exc:
+        return Head(source, b"", False, error=f"cannot be read ({_os_error(exc)})")
     if not raw.startswith(GZIP_MAGIC):
         return Head(source, raw, False, whole=len(raw) < limit)
     dec = decompressobj()
     try:
         data = dec.decompress(raw, limit)
-    except Exception:
-        return Head(source, b"", True)
+    except Exception as exc:
+        return Head(source, b"", True, error=f"starts like gzip but does not inflate ({exc})")
     return Head(source, data, True, whole=dec.eof and len(data) < limit)
 
 
@@ -163,22 +192,25 @@ def with_tail(head: Head, limit: int = HEAD_BYTES) -> Head:
 
 
 def _inflated_tail(f: Any, limit: int) -> bytes:
-    dec, last = decompressobj(), b""
+    """The last ``limit`` inflated bytes, inflating ``OUT_BLOCK`` at a time (a bomb never inflates
+    at once) and stopping at a bomb's first long run (its read names it)."""
+    dec, last, guard = decompressobj(), b"", RunGuard()
     while True:
-        block = f.read(_SALVAGE_BLOCK)
+        block = f.read(RAW_BLOCK)
         if not block:
             return last
         while block:
-            try:
-                out: bytes = dec.decompress(block)
-            except Exception:  # corrupt or cut: what inflated before is the tail we have
-                return last
-            last = (last + out)[-limit:]
-            block = dec.unused_data if dec.eof else b""
-            if block:
+            if dec.eof:  # a member ended: another one follows, or trailing garbage
                 if not block.startswith(GZIP_MAGIC):
                     return last
                 dec = decompressobj()
+            try:
+                out: bytes = dec.decompress(block, OUT_BLOCK)
+                guard.feed(out)
+            except Exception:  # corrupt, cut or a bomb: what inflated before is the tail we have
+                return last
+            last = (last + out)[-limit:]
+            block = dec.unconsumed_tail or (dec.unused_data if dec.eof else b"")
 
 
 def decompressed_size(src: Source) -> int:
@@ -210,48 +242,32 @@ def fingerprint(source: Source, block: int = HEAD_BYTES) -> str:
 
 
 def read_content(source: Source) -> Content:
-    """Read the whole file once: SHA-256 of the stored bytes plus the decompressed data.
-
-    One ``read()`` and one inflate call: the size is known, and reading in blocks only to join them
-    afterwards copies every byte once more (and holds it twice).
-    """
+    """Read the whole file once: SHA-256 of the stored bytes plus the (inflated) data, in bounded
+    blocks (:mod:`.inflate`: a file costs about its inflated size once; a decompression bomb is
+    stopped at its first long run of filler and comes back ``oversized``)."""
     digest = hashlib.sha256()
+    if source.unreadable:
+        return Content(b"", digest.hexdigest(), False, source.unreadable, unreadable=True)
+    limit = file_limit()
     try:
         with source.open() as f:
-            raw = f.read()
+            first = f.read(RAW_BLOCK)
+            if limit is not None and not first.startswith(GZIP_MAGIC) and source.size > limit[0]:
+                digest.update(first)  # a plain file's size is known: never held, only hashed
+                for block in iter(lambda: f.read(RAW_BLOCK), b""):
+                    digest.update(block)
+                return Content(b"", digest.hexdigest(), False, too_large(0, limit), oversized=True)
+            try:
+                data, error, complete = read_all(f, digest, first, limit[0] if limit else None)
+            except TooLarge as exc:
+                assert limit is not None
+                return Content(b"", digest.hexdigest(), False, too_large(exc.args[0], limit), oversized=True)
+            except Oversized as exc:
+                return Content(b"", digest.hexdigest(), False, str(exc), oversized=True)
     except Exception as exc:  # an unreadable file still yields a manifest entry
-        return Content(b"", digest.hexdigest(), False, f"unreadable: {exc}")
-    digest.update(raw)
-    if not raw.startswith(GZIP_MAGIC):
-        return Content(raw, digest.hexdigest(), True)
-    chunks: list[bytes] = []
-    dec, error = _inflate(decompressobj(), raw, chunks)
-    if error is not None:  # corrupt somewhere: salvage what inflates before the bad block
-        chunks.clear()
-        dec = decompressobj()
-        for at in range(0, len(raw), _SALVAGE_BLOCK):
-            dec, error = _inflate(dec, raw[at : at + _SALVAGE_BLOCK], chunks)
-            if error is not None:
-                break
-    del raw
-    if error is None and not dec.eof:
-        error = "gzip stream is truncated (no end-of-stream marker)"
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return Content(data, digest.hexdigest(), error is None, error)
+        return Content(b"", digest.hexdigest(), False, f"cannot be read ({_os_error(exc)})", unreadable=True)
+    return Content(data, digest.hexdigest(), complete, error)
 
 
-def _inflate(dec: Any, block: bytes, out: list[bytes]) -> tuple[Any, str | None]:
-    """Feed one stored block through the decompressor, following concatenated gzip members."""
-    try:
-        out.append(dec.decompress(block))
-        while dec.eof and dec.unused_data:
-            rest = dec.unused_data
-            if not rest.startswith(GZIP_MAGIC):
-                return dec, None  # trailing garbage after the last member: ignored, as gzip does
-            dec = decompressobj()
-            out.append(dec.decompress(rest))
-    except (zlib.error, OSError, EOFError, ValueError) as exc:  # isal raises its own IsalError
-        return dec, f"corrupt gzip data ({exc})"
-    except Exception as exc:
-        return dec, f"corrupt gzip data ({exc})"
-    return dec, None
+def _os_error(exc: Exception) -> str:
+    return (getattr(exc, "strerror", None) or str(exc)) if isinstance(exc, OSError) else str(exc)

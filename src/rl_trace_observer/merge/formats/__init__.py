@@ -2,18 +2,22 @@
 
 Every stage finds a format here by its kind, or by sniffing a file's head, and asks it what it needs
 (:class:`.base.Format`: hints for planning, the read, its clock probe and partner rules, its manifest
-counts). Outside this package no code compares a kind string: ``tests/test_package_hygiene.py`` checks.
+counts). Outside this package no code compares a kind string:
+``tests/project/test_package_hygiene.py`` checks.
 """
 
 from __future__ import annotations
 
 from ..files.sources import Head, with_tail
+from .areal import FORMATS as AREAL_FORMATS
 from .base import Format, Hints, ReadContext, ReadResult
 from .base.chrome_json import NotATrace
 from .chrome_trace import ChromeTrace
 from .kineto import Kineto
 from .merge_output import MergeOutput
 from .metric_samples import MetricSamples
+from .nemo_rl_perfetto import NemoRLPerfetto
+from .otlp import Otlp
 from .process_record import ProcessRecord
 from .proton import Proton
 from .rl_insight.format import RLInsight
@@ -28,6 +32,9 @@ FORMATS: tuple[Format, ...] = (
     Proton(),
     ChromeTrace(),
     MetricSamples(),
+    *AREAL_FORMATS,
+    Otlp(),
+    NemoRLPerfetto(),
 )
 _BY_KIND = {f.kind: f for f in FORMATS}
 UNKNOWN = "unknown"  # the kind of a file no format claims (or an empty one): reported, never read

@@ -3,7 +3,7 @@ starts wait, what each file aligns on, which scope ids a file collects or links 
 
 A job's files were put together by the planner (a TokenSpeed rank's VizTracer report and Proton
 files, ``rank_role``: :mod:`.proton.pairing`); alignment runs on the events the job has read. The one
-partner that lives in another job is a Torch trace's process's RL-Insight log (``Format.partner``):
+partner that lives in another job is a Torch trace's process's RL-Insight log (``AlignsOnPartner.partner``):
 the planner names it in the Torch file's task and :func:`read_partner` reads it in that job, for its
 stage spans only (:mod:`.kineto.pairing`).
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..files.sources import Source, read_content
 from . import format_for
-from .base import KERNELS, REPORT, ReadContext, ReadResult
+from .base import KERNELS, REPORT, AlignsOnPartner, ReadContext, ReadResult, rank_role_of
 from .base.chrome_json import NotATrace, gc_paused
 from .proton.pairing import RankLinks
 
@@ -36,18 +36,18 @@ class JobLinks:
     """What the files of one job need from each other (None of it when they need nothing)."""
 
     def __init__(self, tasks: Sequence[TaskLike]) -> None:
-        roles = [format_for(t.kind).rank_role for t in tasks]
+        roles = [rank_role_of(format_for(t.kind)) for t in tasks]
         self.rank = RankLinks() if RankLinks.applies(roles) else None
 
     def order(self, tasks: list[T]) -> list[T]:
         """A rank's report first: its flow starts are what the Proton files align on."""
         if self.rank is None:
             return tasks
-        return sorted(tasks, key=lambda t: format_for(t.kind).rank_role != REPORT)
+        return sorted(tasks, key=lambda t: rank_role_of(format_for(t.kind)) != REPORT)
 
     def holds(self, task: TaskLike) -> bool:
         """A rank's report: its scope flow starts wait until the rank's Proton scopes are known."""
-        return self.rank is not None and format_for(task.kind).rank_role == REPORT
+        return self.rank is not None and rank_role_of(format_for(task.kind)) == REPORT
 
     def hold_flows(self, url: str, events: list[Event], res: ReadResult) -> tuple[list[Event], list[Event]]:
         assert self.rank is not None
@@ -70,9 +70,9 @@ class JobLinks:
         (``partner``, from :func:`read_partner`); None when it has none or nothing pairs."""
         fmt = format_for(task.kind)
         url = task.source.url
-        if self.rank is not None and fmt.rank_role == KERNELS:
+        if self.rank is not None and rank_role_of(fmt) == KERNELS:
             return self.rank.align(url, events, res, tolerance_ns, apply)
-        if partner is not None:
+        if partner is not None and isinstance(fmt, AlignsOnPartner):
             return fmt.align_on(partner, url, events, res, tolerance_ns, apply)
         return None
 
@@ -82,7 +82,7 @@ class JobLinks:
         """(collect scope ids, the scope ids to link to, the scopes decoded for its alignment): a
         rank's Proton files collect, a VizTracer report links its flow starts to what they collected
         (none outside a rank: its scope flows are dropped as unlinked)."""
-        role = format_for(task.kind).rank_role
+        role = rank_role_of(format_for(task.kind))
         rank = self.rank
         if role == KERNELS and rank is not None:
             return True, rank.scopes, rank.scope_ids

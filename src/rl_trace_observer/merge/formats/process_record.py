@@ -7,23 +7,24 @@ any trace file, and links the artifacts to the process through :meth:`ProcessRec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ...capture.recorder import expected_event_log
 from ..files.sources import Head
-from ..timeline.model import Problem, ProcessInfo, ProcessKey
-from .base import Format, ReadContext, ReadResult
+from ..timeline.model import BAD_JSON, Problem, ProcessInfo, ProcessKey
+from .base import Format, ProcessRecords, ReadContext, ReadResult
 
 RECORD_SCHEMA_PREFIX = "rl-trace-process/"
 
 
-class ProcessRecord(Format):
+class ProcessRecord(Format, ProcessRecords):
     kind = "process_record"
     label = "Process"
     order = 0
-    events, record = False, True  # identity, registered artifacts and clock snapshots: read in planning
+    events = False  # identity, registered artifacts and clock snapshots: read in planning
 
     def sniff(self, head: Head) -> int:
         # Records are written with sorted keys: "schema" comes after the clock data, which grows
@@ -40,7 +41,7 @@ class ProcessRecord(Format):
         res = ReadResult()
         try:
             record = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
+        except BAD_JSON as exc:
             res.skip, res.complete = True, False
             res.problems.append(Problem("incomplete", ctx.path, f"process record is not valid JSON ({exc})"))
             return res
@@ -57,7 +58,7 @@ class ProcessRecord(Format):
         ray: dict[str, Any] = raw_ray if isinstance(raw_ray, dict) else {}
         return ProcessInfo(
             key=ProcessKey(str(record["hostname"]), int(record["pid"])),
-            role=_opt_str(record.get("role")),
+            role=_opt_str(record.get("role")) or program_role(record),
             rank=_opt_int(record.get("rank")),
             world_size=_opt_int(record.get("world_size")),
             run_id=_opt_str(record.get("run_id")),
@@ -79,6 +80,21 @@ class ProcessRecord(Format):
             optional = expected_event_log(record) is None
             out.append({"path": log, "kind": "rl_insight", **({"optional": True} if optional else {})})
         return out
+
+
+def program_role(record: dict[str, Any]) -> str | None:
+    """The role of a process nothing named (no ``RL_TRACE_ROLE``, no integration, not a Ray worker):
+    its program's name, ``train`` for ``python train.py`` or ``python -m pkg.train`` (issue 34, item
+    5h). Without it Perfetto's label is ``host · pid N`` and the report took the host for the role."""
+    if record.get("ray"):  # a Ray worker's program is Ray's default_worker.py: its actor names it
+        return None
+    argv = record.get("argv")
+    program = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) else ""
+    if program in ("", "-", "-c"):  # python -c, stdin, a REPL: no program to name
+        return None
+    path = Path(program)
+    name = path.parent.name if path.stem == "__main__" else path.stem  # python -m pkg: pkg/__main__.py
+    return name or None
 
 
 def _opt_int(value: Any) -> int | None:

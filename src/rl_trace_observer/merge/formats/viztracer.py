@@ -15,7 +15,7 @@ import re
 from msgspec import UNSET
 
 from ..files.sources import Head
-from .base import REPORT, Format, Hints, ReadContext, ReadResult, chrome_json
+from .base import REPORT, Format, Hints, InTokenSpeedRank, ReadContext, ReadResult, chrome_json
 from .base.chrome_hints import chrome_hints
 
 # What VizTracer writes first (orjson compact or the stdlib's spaced JSON): its process/thread names,
@@ -24,7 +24,7 @@ _SHAPE = re.compile(rb'\{\s*"traceEvents"\s*:\s*\[\s*\{\s*"ph"\s*:\s*"M"\s*,\s*"
 _FEE = re.compile(rb'"cat"\s*:\s*"FEE"')
 
 
-class VizTracer(Format):
+class VizTracer(Format, InTokenSpeedRank):
     kind = "viztracer"
     label = "VizTracer"
     order = 3

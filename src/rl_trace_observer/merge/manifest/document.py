@@ -1,11 +1,14 @@
 """The merge manifest (``<output>.manifest.json``): what went in, what came out, what went wrong.
 
-Written atomically even when the merge fails, so a user (or CI) can always see which file broke it.
+Written atomically even when the merge fails, so a user (or CI) can always see which file broke it —
+beside an earlier output it leaves in place, as ``<output>.failed.manifest.json`` (:mod:`.pair`).
 Schema ``rl-trace-merge-manifest/1``:
 
 - ``status``: ``ok`` | ``partial`` (problems, output written) | ``failed`` (no output);
-- ``output``: path, format, size, written; ``timeline``: ``base_ns`` (JSON ``ts`` = (ns - base)/1000),
-  first/last event ns, and ``clock`` (the clock-alignment section, ``{"mode": "wall"}`` when none);
+- ``output``: path, format, size, written, ``tail_crc32``/``tail_bytes`` (what the readers check the
+  pair by), ``kept_earlier`` (a failed merge that left an earlier output); ``timeline``: ``base_ns``
+  (JSON ``ts`` = (ns - base)/1000), first/last event ns, and ``clock`` (the clock-alignment section,
+  ``{"mode": "wall"}`` when none);
 - ``counts``: events read/kept/dropped/filtered, and slices/flows/counters/processes/threads as
   written — exactly what Perfetto will import;
 - ``runs``, ``sessions`` (step windows), ``processes``, ``artifacts`` (kind, size, sha256, owner,
@@ -63,17 +66,38 @@ def set_problems(manifest: dict[str, Any], problems: list[Problem]) -> None:
     manifest["problems"] = out
 
 
+LINES_PER_KIND = 10  # stderr names this many files per problem kind; the manifest lists them all
+# kinds about the run rather than one file's content (hosts' clocks, runs, steps, nodes): one line each
+RUN_KINDS = frozenset({"clock", "mixed_runs", "no_step_window", "node"})
+
+
 def problem_summary(problems: list[dict[str, str]]) -> list[str]:
-    """One line per problem kind: count, first file, and how to see the rest."""
+    """One line per file and problem kind, saying what is wrong with THAT file (at most
+    ``LINES_PER_KIND`` per kind, then how many more the manifest lists); one line per kind for the
+    run's own problems (``RUN_KINDS``)."""
     by_kind: dict[str, list[dict[str, str]]] = {}
     for p in problems:
         by_kind.setdefault(p["kind"], []).append(p)
     lines = []
     for kind, items in by_kind.items():
-        first = items[0]
-        more = f" (+{len(items) - 1} more in the manifest)" if len(items) > 1 else ""
-        lines.append(f"{kind}: {first['path']}: {first['detail']}{more}")
+        shown = 1 if kind in RUN_KINDS else LINES_PER_KIND
+        for p in items[:shown]:
+            lines.append(f"{kind}: {p['path']}: {p['detail']}")
+        if len(items) > shown:
+            if shown == 1:
+                lines[-1] += f" (+{len(items) - 1} more in the manifest)"
+            else:
+                lines.append(f"{kind}: +{len(items) - shown} more files in the manifest")
     return lines
+
+
+def strict_failure(problems: list[dict[str, str]]) -> str:
+    """``--strict``'s one line: how many problems, and the first, naming its file."""
+    if not problems:
+        return "--strict: problems were found"
+    first = problems[0]
+    more = f" (+{len(problems) - 1} more in the manifest)" if len(problems) > 1 else ""
+    return f"--strict: {first['path']}: {first['kind']}: {first['detail']}{more}"
 
 
 def why_nothing(manifest: dict[str, Any]) -> str:

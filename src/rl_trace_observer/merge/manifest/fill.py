@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..formats import manifest_counts
+from ..formats import format_of, manifest_counts
 from ..formats.base import MANIFEST_ENTRY
+from ..job.spec import SLICE_PHASES
+from ..job.stitch import RunState
 from ..plan.plan import Plan
-from ..run.jobs import SLICE_PHASES
-from ..run.stitch import RunState
 from ..timeline.identity import process_title
+from ..timeline.model import ArtifactInfo
 from ..transform.flowbind import UNBOUND
 from ..transform.outliers import OUTLIERS
 from ..transform.passes import OVERLAP_DROPPED, OVERLAP_MOVED, OVERLAP_TRACKS
@@ -35,6 +36,8 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
         info.anchor_source = out.anchor_source or info.anchor_source
         info.extra["events_filtered"] = out.filtered
         _stat_fields(out.stats, info.extra, totals)
+        if out.dropped_why:  # what was left out of this file, and why (reason -> events)
+            info.extra["dropped_why"] = dict(out.dropped_why)
         if out.skipped:
             info.selected, info.skip_reason = False, info.skip_reason or "nothing usable"
         entry = out.meta.get(MANIFEST_ENTRY)
@@ -76,7 +79,7 @@ def fill_manifest(manifest: dict[str, Any], plan: Plan, state: RunState) -> None
     manifest["output"].update(
         {"size": state.output_size, "written": state.written, "ui_memory": ui_section(counts)}
     )
-    manifest["artifacts"] = [a.info.as_dict() for a in plan.artifacts]
+    manifest["artifacts"] = [artifact_entry(a.info) for a in plan.artifacts]
     manifest["ignored"] = plan.ignored
     manifest["runs"] = [{"run_id": r, "processes": n} for r, n in sorted(plan.runs.items())]
     manifest["sessions"] = [
@@ -102,6 +105,21 @@ _STAT_FIELDS = (
     (UNBOUND, "unbound_flow_events"),
     (OUTLIERS, "time_outliers"),
 )
+
+
+def artifact_entry(info: ArtifactInfo) -> dict[str, Any]:
+    """A file's manifest entry, with ``stack`` after ``kind`` where its format reads one RL stack's own
+    files (AReaL's, NeMo-RL's): which stack each file came from."""
+    entry = info.as_dict()
+    fmt = format_of(info.kind)
+    if fmt is None or not fmt.stack:
+        return entry
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        out[key] = value
+        if key == "kind":
+            out["stack"] = fmt.stack
+    return out
 
 
 def _stat_fields(stats: dict[str, int], entry: dict[str, Any], totals: dict[str, int]) -> None:

@@ -8,6 +8,7 @@ tracks the same way), the step windows, the trace header, and counts. docs/FORMA
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ..shards.schema import DOC_SCHEMA, NAMES, PARTITIONS, SPAN_SCHEMA
 from ..timeline.identity import process_title
 
 if TYPE_CHECKING:
-    from ..run.stitch import RunState
+    from ..job.stitch import RunState
 
 
 def tracks(state: RunState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -85,13 +86,17 @@ def finish(
     parts: list[dict[str, Any]],
     header: dict[str, Any],
 ) -> dict[str, Any]:
-    """Write the document (and the manifest copy); the manifest gets a ``shards`` section."""
+    """Write the document (and the manifest copy); the manifest gets a ``shards`` section. Both carry
+    one ``merge_id``: a reader that finds another id in the directory than its manifest names knows a
+    later merge (killed before its output was committed, :mod:`.pair`) wrote the shards."""
     doc = build_doc(plan, state, manifest, parts, header)
+    doc["merge_id"] = uuid.uuid4().hex
     manifest["shards"] = {
         "dir": str(Path(root).resolve()),
         "rows": doc["rows"],
         "bytes": doc["bytes"],
         "files": len(doc["files"]),
+        "merge_id": doc["merge_id"],
     }
     write_doc(Path(root), doc, manifest)
     return doc

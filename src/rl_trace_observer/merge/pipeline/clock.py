@@ -1,4 +1,4 @@
-"""The one place the pipeline asks for clock corrections (implemented in :mod:`.hosts`).
+"""The one place the pipeline asks for clock corrections (implemented in :mod:`..clock.hosts`).
 
 Each artifact gets ONE ``ts_ns -> ts_ns`` correction, chosen by its owning process (every source
 of a host shares its host's clock), applied by the ``correct_time`` pass. A constant offset stays a
@@ -8,8 +8,8 @@ correction object itself (picklable), never as a closure.
 The merged trace states what was done (process labels, the JSON header's ``clock_alignment``), and
 after the workers are done :meth:`ClockChoice.check_causality` checks where the events landed
 against the hosts' bounds there (``ClockPlan.check_placed``: outside the measured range they grow)
-and the corrected data against the structure it must have (:mod:`.causality`), from the
-small span summaries the workers sent back (:mod:`.probe`) — no second pass over the files.
+and the corrected data against the structure it must have (:mod:`..clock.causality`), from the
+small span summaries the workers sent back (:mod:`..clock.probe`) — no second pass over the files.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock.correction import IDENTITY, TimeCorrection
 from ..formats import format_of
-from ..formats.base import REGIONS, STAGES
+from ..formats.base import REGIONS, STAGES, ClockEvidence
 from ..plan.plan import Plan
 from ..timeline.model import Problem, ProcessInfo, ProcessKey
 
 if TYPE_CHECKING:
     from ..clock.probe import SpanSummary
-    from ..run.jobs import Outcome
+    from ..job.spec import Outcome
 
 
 @dataclass
@@ -68,7 +68,7 @@ class ClockChoice:
     def pftrace_metadata(self) -> bytes:
         """The same statement for a ``.pftrace``: one packet of Chrome metadata, which Perfetto puts in
         its ``metadata`` table as ``cr-rl_trace_clock_*`` rows (checked in the v52 engine)."""
-        from ..writers._pbwire import ld, text, uint
+        from ..output._pbwire import ld, text, uint
 
         entries = b""
         for name, value in self.trace_metadata().items():
@@ -165,7 +165,7 @@ def _causality_reports(
 def _causality(kind: str) -> str | None:
     """The format's part in the stage checks: its spans are stages, or regions that sit in them."""
     fmt = format_of(kind)
-    return fmt.causality if fmt is not None else None
+    return fmt.causality if isinstance(fmt, ClockEvidence) else None
 
 
 def _as_event(s: SpanSummary) -> dict[str, Any]:

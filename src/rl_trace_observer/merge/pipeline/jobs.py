@@ -8,6 +8,7 @@ with the same estimates (a Ray merge's come from the nodes that hold the files).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import secrets
 from collections.abc import Callable
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..files.sources import Source, decompressed_size
 from ..formats import format_for
+from ..formats.base import partner_of, rank_role_of
+from ..job.spec import Job, Task
 from ..plan.plan import Plan, PlannedArtifact
-from ..run.jobs import Job, Task
 
 if TYPE_CHECKING:
     from ..options import MergeOptions
@@ -43,8 +45,12 @@ def build_jobs(
     jobs = []
     for n, unit in enumerate(units):
         tasks = [_task(index[id(a)], a, plan, clock) for a in unit]
+        if opts.skip_lines and windows:
+            for task in tasks:
+                if task.source.local:
+                    task.skip_lines = opts.skip_lines.get(os.path.realpath(task.source.path), ())
         for task, art in zip(tasks, unit, strict=True):
-            partner_kind = format_for(art.info.kind).partner
+            partner_kind = partner_of(format_for(art.info.kind))
             if partner_kind is not None:
                 task.partner = partners.get((art.info.owner, partner_kind))
         weight = sum(estimate(a.source) for a in unit)
@@ -81,7 +87,7 @@ def _units(plan: Plan) -> list[list[PlannedArtifact]]:
     groups: dict[tuple[str, str], list[PlannedArtifact]] = {}
     singles: list[list[PlannedArtifact]] = []
     for art in plan.selected():
-        if format_for(art.info.kind).rank_role is not None and art.hints.group:
+        if rank_role_of(format_for(art.info.kind)) is not None and art.hints.group:
             groups.setdefault((posixpath.dirname(art.source.path), art.hints.group), []).append(art)
         else:
             singles.append([art])
@@ -89,10 +95,10 @@ def _units(plan: Plan) -> list[list[PlannedArtifact]]:
 
 
 def _partners(plan: Plan) -> dict[tuple[Any, str], Source]:
-    """(owner process, kind) → its first file of that kind: what a format with a partner in its process
-    (``Format.partner``: a Torch trace on its RL-Insight log) aligns on. That file is read again inside
-    each such job (a few MB, against ~100 MB of Torch trace): the jobs stay small enough to run side
-    by side, and each job's output stays what it was."""
+    """(owner process, kind) → its first file of that kind: what a format with a partner in its
+    process (``AlignsOnPartner.partner``: a Torch trace on its RL-Insight log) aligns on. That file is
+    read again inside each such job (a few MB, against ~100 MB of Torch trace): the jobs stay small
+    enough to run side by side, and each job's output stays what it was."""
     out: dict[tuple[Any, str], Source] = {}
     for art in plan.selected():
         if art.info.owner is not None:
@@ -113,4 +119,5 @@ def _task(i: int, art: PlannedArtifact, plan: Plan, clock: ClockChoice) -> Task:
         anchor_ns=art.info.anchor_ns,
         namespace=i + 1,
         correction=clock.correction_for(owner.key),
+        fold_into_owner=bool(art.record_entry and art.record_entry.get("engine_of_owner")),
     )

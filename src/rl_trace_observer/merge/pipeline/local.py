@@ -10,22 +10,21 @@ number or total size of the inputs — at most a couple of files' events are ali
 
 from __future__ import annotations
 
-import multiprocessing
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..files import spill
 from ..files.sources import InputError, Source, decompressed_size, discover
+from ..job import run_job
+from ..job.pool import BoundedPool, start_method
+from ..job.spec import Job, JobResult
+from ..job.stitch import RunState, Stitcher
 from ..manifest.document import manifest_path_for
 from ..options import MergeOptions, MergeResult, UsageError, default_workers, output_format, step_output
+from ..output import spill
 from ..plan.build import plan_sources
-from ..run.jobs import INFLIGHT_BYTES, Job, JobResult
-from ..run.stitch import RunState, Stitcher
-from ..run.worker import init_worker, run_job
 from ..shards.layout import is_shards_dir
 from .orchestrate import Inventory, Located, run_merge
 
@@ -86,7 +85,7 @@ class LocalPool:
 
     def run(self, jobs: list[Job], stitch: Stitcher, problems: list[Any]) -> RunState:
         opts, out = self.opts, stitch.out
-        for job in jobs:  # outputs come back through part files, not the pipe (see ..files.spill)
+        for job in jobs:  # outputs come back through part files, not the pipe (see ..output.spill)
             job.spill_path = spill.part_path(out, job.sequence_id)
         workers = default_workers() if opts.workers is None else opts.workers
         try:
@@ -115,7 +114,7 @@ def _without_own_outputs(
     manifests = {s.path for s in sources if s.path.endswith(".manifest.json")}
     kept, skipped = [], []
     for src in sources:
-        local = src.protocol in ("file", "local")
+        local = src.protocol in ("file", "local") and src.unreadable is None  # a loop cannot resolve
         if local and Path(src.path).resolve() in own:
             if Path(src.path).resolve() in named:
                 raise UsageError(f"{output}: is one of the inputs; choose another output path")
@@ -144,28 +143,18 @@ def _results(jobs: list[Job], workers: int, auto: bool, progress: Any) -> Iterat
                 progress(done, total)
             yield res
         return
-    methods = multiprocessing.get_all_start_methods()
-    mp = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with mp.Pool(workers, initializer=init_worker) as pool:
-        pending: deque[tuple[Job, Any]] = deque()
-        queue = deque(jobs)
-        inflight = 0
-        while queue or pending:
-            while (
-                queue
-                and len(pending) < workers + 1
-                and (not pending or inflight + queue[0].weight <= INFLIGHT_BYTES)
-            ):
-                job = queue.popleft()
-                pending.append((job, pool.apply_async(run_job, (job,))))
-                inflight += job.weight
-            job, fut = pending.popleft()
-            res = fut.get()
-            inflight -= job.weight
-            done += job.weight
-            if progress:
-                progress(done, total)
-            yield res
+    pool = BoundedPool(run_job, _weight, workers, start_method("fork"), ordered=True)
+    for got in pool.run(jobs):
+        assert got is not None  # no heartbeats asked for
+        job, res = got
+        done += job.weight
+        if progress:
+            progress(done, total)
+        yield res
+
+
+def _weight(job: Job) -> int:
+    return job.weight
 
 
 def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = None) -> list[MergeResult]:

@@ -4,8 +4,10 @@
 What differs is the executor (:class:`Executor`): where the files are and where the jobs run — a local
 process pool (:mod:`.local`: ``rl-trace merge``) or one Ray task per node
 (:mod:`rl_trace_observer.cluster.merge`: ``--ray``, ``collect --convert``). Both stitch their jobs'
-pieces through the same :class:`..run.stitch.Stitcher`, so the bytes are the same. The output and its
-manifest are written atomically; the manifest is written even when the merge fails.
+pieces through the same :class:`..job.stitch.Stitcher`, so the bytes are the same. The output and its
+manifest are one unit (:mod:`..manifest.pair`): committed together when the merge succeeds; a merge
+that fails (``--strict`` included, where an earlier output is there) leaves an earlier pair untouched
+and writes its manifest beside it. Temp files of killed merges to the same output are swept first.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..files.sources import Source
-from ..manifest.document import manifest_path_for, new_manifest, set_problems, write_manifest
+from ..job.spec import Job
+from ..job.stitch import NothingUsable, RunState, Stitcher, trace_header
+from ..manifest.document import manifest_path_for, new_manifest, set_problems
 from ..manifest.fill import fill_manifest
+from ..manifest.pair import commit, record_failure
 from ..options import MergeOptions, MergeResult, UsageError, output_format
+from ..output import owned
 from ..plan.build import Prepared, apply_records_to_artifacts, order_processes, plan_sources
 from ..plan.plan import Plan
 from ..plan.selection import Selection, select, window_ns
-from ..run.jobs import Job
-from ..run.stitch import NothingUsable, RunState, Stitcher, trace_header
 from ..timeline.model import Problem, Rebase
 from ..timeline.times import plausible
 from .clock import ClockChoice, clock_plan
@@ -108,6 +112,7 @@ def _merge(ex: Executor, loc: Located, fmt: str) -> MergeResult:
     manifest = new_manifest(str(out), fmt, loc.inputs, loc.options)
     problems = list(loc.problems)
     started = time.monotonic()
+    _sweep_leftovers(out, manifest_path, opts.shards)
     shards_before = _files_under(opts.shards)
     try:
         inv = ex.inventory()
@@ -121,27 +126,49 @@ def _merge(ex: Executor, loc: Located, fmt: str) -> MergeResult:
         state = _run(ex, plan, opts, fmt, out, windows, manifest)
         fill_manifest(manifest, plan, state)
     except Exception as exc:  # the manifest still says what was read and where it broke
+        owned.temp_path(out).unlink(missing_ok=True)  # a completed output this merge will not commit
         _discard_new_files(opts.shards, shards_before)  # no half shard directory stays behind
         problems.append(Problem("incomplete", str(out), f"merge failed: {type(exc).__name__}: {exc}"))
         manifest["status"] = "failed"
         ex.report(manifest, problems, failed=True)
         set_problems(manifest, problems)
         manifest["elapsed_s"] = round(time.monotonic() - started, 3)
-        write_manifest(manifest_path, manifest)
-        return MergeResult(str(out), str(manifest_path), manifest, 1, problems)
+        where = record_failure(out, manifest_path, manifest)
+        return MergeResult(str(out), str(where), manifest, 1, problems)
     ex.report(manifest, problems, failed=False)
     set_problems(manifest, problems)
     manifest["elapsed_s"] = round(time.monotonic() - started, 3)
     written = manifest["output"]["written"] and manifest["counts"].get("events_kept", 0) > 0
     manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
-    if written and opts.shards:
+    code = 0 if written and not (opts.strict and manifest["problems"]) else 1
+    if written and code and out.exists():  # --strict failed: the earlier output and manifest stay
+        written = False
+        manifest["output"]["written"] = False
+        manifest["status"] = "failed"
+    if not written:
+        if state.pending is not None:
+            state.pending.unlink(missing_ok=True)
+        _discard_new_files(opts.shards, shards_before)
+        ex.finished(manifest, False)
+        where = record_failure(out, manifest_path, manifest)
+        return MergeResult(str(out), str(where), manifest, code, problems)
+    if opts.shards:
         from ..manifest.shard_document import finish
 
         finish(opts.shards, plan, state, manifest, state.shard_parts, state.header)
-    ex.finished(manifest, written)
-    write_manifest(manifest_path, manifest)
-    code = 0 if written and not (opts.strict and manifest["problems"]) else 1
+    ex.finished(manifest, True)
+    assert state.pending is not None
+    commit(state.pending, out, manifest_path, manifest)
     return MergeResult(str(out), str(manifest_path), manifest, code, problems)
+
+
+def _sweep_leftovers(out: Path, manifest_path: Path, shards: str | None) -> None:
+    """Temp files of earlier merges to this output that were killed (:mod:`..output.owned`)."""
+    owned.claim()
+    owned.sweep(out.parent, {out.name})
+    owned.sweep(manifest_path.parent, {manifest_path.name})
+    if shards:
+        owned.sweep(Path(shards), set(), recursive=True)
 
 
 def _files_under(root: str | None) -> set[Path] | None:

@@ -15,14 +15,16 @@ before any big file is read:
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..files.sources import Content, Source, fingerprint, read_content, read_head
+from ..files.sources import Content, Head, Source, fingerprint, read_content, read_head
 from ..formats import EVENT_KINDS, UNKNOWN, Hints, ReadContext, format_for, format_of, sniff
-from ..formats.base import KERNELS, REPORT
+from ..formats.base import KERNELS, REPORT, MarksSteps, ProcessRecords, SharesPid, rank_role_of
 from ..timeline.identity import planned_pid
 from ..timeline.model import ArtifactInfo, Problem, ProcessInfo, ProcessKey
 from ..timeline.steps import Marker, windows_from_markers
@@ -80,31 +82,66 @@ def plan_sources(sources: list[Source], prepared: Mapping[str, Prepared] | None 
 
 
 def sniff_source(src: Source) -> Sniffed:
+    if src.unreadable:  # not a regular file, or one we may not open: never opened
+        return Sniffed(UNKNOWN, problem=("unreadable", src.unreadable), skip_reason=src.unreadable)
     head = read_head(src)
+    if head.error:  # cannot be opened, or a gzip stream that does not inflate
+        return Sniffed(UNKNOWN, problem=("unreadable", head.error), skip_reason=head.error)
     if not head.data.strip():
+        return _blank(head)
+    try:
+        fmt, head = sniff(head)
+        hints = fmt.hints(head) if fmt is not None else None
+    except Exception as exc:  # a head no reader foresaw: this file is left out, named, never the merge
+        what = f"{type(exc).__name__}: {exc}"[:300].replace("\n", " ")
         return Sniffed(
-            UNKNOWN,
-            problem=("incomplete", "empty file (a writer died before writing?)"),
-            skip_reason="empty file",
+            UNKNOWN, problem=("not_a_trace", f"its head cannot be read ({what})"), skip_reason="not a trace"
         )
-    fmt, head = sniff(head)
-    if fmt is None:
+    if fmt is None or hints is None:
         return Sniffed(
             UNKNOWN,
             problem=("not_a_trace", "no reader recognises this file's content"),
             skip_reason="not a trace",
         )
-    return Sniffed(fmt.kind, fmt.hints(head))
+    return Sniffed(fmt.kind, hints)
+
+
+def _blank(head: Head) -> Sniffed:
+    """What a file without a single non-blank byte in its head is, said precisely."""
+    stored = f"{head.source.size:,} bytes"
+    if not head.data and not head.gzip:
+        why = "empty file (0 bytes: a writer died before writing?)"
+    elif not head.data:
+        why = f"a gzip stream of nothing ({stored} stored, 0 inflated)"
+    elif head.whole:
+        why = f"holds only whitespace ({len(head.data):,} bytes{' inflated' if head.gzip else ''})"
+    else:
+        first = f"first {len(head.data) >> 10} KiB{' inflated' if head.gzip else ''}"
+        return Sniffed(
+            UNKNOWN,
+            problem=("not_a_trace", f"its {first} are only whitespace ({stored} stored): no trace starts so"),
+            skip_reason="only whitespace",
+        )
+    return Sniffed(UNKNOWN, problem=("incomplete", why), skip_reason="empty file")
 
 
 def prepare(src: Source) -> Prepared:
     """What :func:`plan_sources` needs of one file, read here (a Ray node's side of planning)."""
     sniffed = sniff_source(src)
     fmt = format_of(sniffed.kind)
-    content = read_content(src) if fmt is not None and fmt.record else None
+    content = read_content(src) if isinstance(fmt, ProcessRecords) else None
     print_ = fingerprint(src) if fmt is not None and not fmt.ignored else None
-    markers = fmt.step_markers(src) if fmt is not None else None
+    markers = markers_of(fmt, src) if isinstance(fmt, MarksSteps) else None
     return Prepared(sniffed, print_, content, markers)
+
+
+def markers_of(fmt: MarksSteps, src: Source) -> tuple[Marker, ...] | None:
+    """A file's step markers; none where its content breaks the search (a planning hint only: the
+    file's own job reads it and names what is wrong)."""
+    try:
+        return fmt.step_markers(src)
+    except Exception:
+        return None
 
 
 def _add(src: Source, sniffed: Sniffed, plan: Plan) -> None:
@@ -154,7 +191,7 @@ def _read_record(art: PlannedArtifact, plan: Plan, content: Content | None = Non
     plan.problems.extend(result.problems)
     record = result.meta.get("record")
     art.info.selected = False  # records hold no events
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not isinstance(fmt, ProcessRecords):
         art.info.skip_reason = "invalid process record"
         return
     info = fmt.identity(record, art.info.path)
@@ -209,6 +246,7 @@ def _place_unlinked(plan: Plan) -> None:
         if _rank_role(art) == REPORT and art.hints.group and art.hints.pid is not None:
             partners.setdefault((posixpath.dirname(art.source.path), art.hints.group), art)
     placeholders: dict[tuple[str, str], ProcessKey] = {}
+    twins = _pid_twins(plan)
     for art in plan.artifacts:
         info = art.info
         if info.kind not in EVENT_KINDS or info.owner is not None or not info.selected:
@@ -220,6 +258,10 @@ def _place_unlinked(plan: Plan) -> None:
             if partner is not None:
                 pid, how = partner.hints.pid, "its TokenSpeed VizTracer report"
                 art.hints.host = art.hints.host or partner.hints.host
+        twin = _twin_of(art, twins) if pid is None else None
+        if twin is not None:
+            pid, how = twin.hints.pid, f"its {twin.info.kind} file's pid"
+            art.hints.host = art.hints.host or twin.hints.host
         host = _host_for(art, plan, pid) or UNKNOWN_HOST
         if pid is None:
             slot = (host, art.hints.group or art.source.path)
@@ -241,6 +283,32 @@ def _place_unlinked(plan: Plan) -> None:
     _ranks_apart(plan)
 
 
+def _pid_twins(plan: Plan) -> dict[tuple[str, Any], PlannedArtifact]:
+    """(kind, pid key) → a file that names its pid, for the formats whose files take another's
+    (``SharesPid.pid_from``: an AReaL session file takes its perf trace's)."""
+    wanted: set[str] = set()
+    for art in plan.artifacts:
+        fmt = format_of(art.info.kind)
+        if isinstance(fmt, SharesPid) and fmt.pid_from:
+            wanted.add(fmt.pid_from)
+    out: dict[tuple[str, Any], PlannedArtifact] = {}
+    for art in plan.artifacts:
+        fmt = format_of(art.info.kind)
+        if isinstance(fmt, SharesPid) and art.info.kind in wanted and art.hints.pid is not None:
+            key = fmt.pid_key(art.source.path)
+            if key is not None:
+                out.setdefault((art.info.kind, key), art)
+    return out
+
+
+def _twin_of(art: PlannedArtifact, twins: dict[tuple[str, Any], PlannedArtifact]) -> PlannedArtifact | None:
+    fmt = format_of(art.info.kind)
+    if not isinstance(fmt, SharesPid) or fmt.pid_from is None:
+        return None
+    key = fmt.pid_key(art.source.path)
+    return twins.get((fmt.pid_from, key)) if key is not None else None
+
+
 def _ranks_apart(plan: Plan) -> None:
     """Files placed by their own pid that state different ranks yet land in one process (equal pids on
     hosts the files do not name): ``unlinked``, as a rank is never silently merged into another's."""
@@ -259,8 +327,7 @@ def _ranks_apart(plan: Plan) -> None:
 
 
 def _rank_role(art: PlannedArtifact) -> str | None:
-    fmt = format_of(art.info.kind)
-    return fmt.rank_role if fmt is not None else None
+    return rank_role_of(format_of(art.info.kind))
 
 
 def _process_from_hints(key: ProcessKey, art: PlannedArtifact) -> ProcessInfo:
@@ -269,6 +336,10 @@ def _process_from_hints(key: ProcessKey, art: PlannedArtifact) -> ProcessInfo:
         info.role, info.actor_name = "tokenspeed", art.hints.group.rsplit("-", 1)[-1]
     elif art.hints.rank is not None:
         info.rank = art.hints.rank
+    if art.hints.role and not art.hints.group:  # a role the file's own path states (AReaL's role folders)
+        info.role = art.hints.role
+    if info.role is None and art.hints.process_role:  # the role a file states for its own process
+        info.role = art.hints.process_role
     return info
 
 
@@ -294,18 +365,18 @@ def _steps_from_records(plan: Plan) -> None:
 
 
 def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
-    """Step windows from the step markers its formats find (``Format.step_markers``: RL-Insight logs,
-    else profiler traces' ``ProfilerStep#N``: ``Format.markers_rank``), by the report's own rule
+    """Step windows from the step markers its formats find (``MarksSteps.step_markers``: RL-Insight logs,
+    else profiler traces' ``ProfilerStep#N``: ``MarksSteps.markers_rank``), by the report's own rule
     (:mod:`..timeline.steps`); they replace the snapshot windows of :func:`_steps_from_records`
     (taken at profiled steps only)."""
-    ranked = [
-        (fmt, art)
-        for art in plan.artifacts
-        if (fmt := format_of(art.info.kind)) is not None and fmt.markers_rank is not None
-    ]
+    ranked: list[tuple[MarksSteps, PlannedArtifact]] = []
+    for art in plan.artifacts:
+        found_fmt = format_of(art.info.kind)
+        if isinstance(found_fmt, MarksSteps):
+            ranked.append((found_fmt, art))
     if not ranked:
         return
-    first = min(fmt.markers_rank for fmt, _ in ranked if fmt.markers_rank is not None)
+    first = min(fmt.markers_rank for fmt, _ in ranked)
     found: list[Marker] = []
     source: dict[int, str] = {}
     for fmt, art in ranked:
@@ -314,7 +385,10 @@ def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
         ready = known.get(art.source.url)
         markers = ready.markers if ready is not None else None
         if markers is None:
-            markers = fmt.step_markers(art.source)
+            markers = markers_of(fmt, art.source)
+        if fmt.markers_relative and markers:
+            anchor = art.info.anchor_ns
+            markers = () if anchor is None else tuple(_shifted(m, anchor) for m in markers)
         for m in markers or ():
             found.append(m)
             for n in m.numbers:
@@ -323,6 +397,10 @@ def _steps_from_markers(plan: Plan, known: Mapping[str, Prepared]) -> None:
     if windows:
         plan.step_windows = {w.step: (w.start_ns, w.end_ns) for w in windows}
         plan.step_sources = {w.step: source.get(w.step, "step markers") for w in windows}
+
+
+def _shifted(m: Marker, anchor_ns: int) -> Marker:
+    return dataclasses.replace(m, start_ns=m.start_ns + anchor_ns, end_ns=m.end_ns + anchor_ns)
 
 
 def order_processes(plan: Plan) -> None:

@@ -11,6 +11,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from ..formats import format_for, format_of
+from ..formats.base import ProcessRecords
 from ..timeline.model import Problem, ProcessInfo
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _opt_str(value: Any) -> str | None:
 def is_record(kind: str) -> bool:
     """A process record (its format says so), read while planning."""
     fmt = format_of(kind)
-    return fmt is not None and fmt.record
+    return isinstance(fmt, ProcessRecords)
 
 
 def link_records(plan: Plan) -> None:
@@ -39,12 +40,16 @@ def link_records(plan: Plan) -> None:
             continue
         owner = plan.processes[rec_art.info.owner]
         folder = posixpath.dirname(rec_art.source.path)
-        for entry in format_for(rec_art.info.kind).registered(record):
+        fmt = format_for(rec_art.info.kind)
+        assert isinstance(fmt, ProcessRecords)
+        for entry in fmt.registered(record):
             raw = str(entry["path"])
             target = posixpath.normpath(raw if raw.startswith("/") else posixpath.join(folder, raw))
             art = by_path.get((rec_art.source.protocol, target))
             if art is None:
-                if not entry.get("optional"):
+                # an optional file may not be written yet; one outside the output dir is still named
+                # (AReaL's fileroot elsewhere): the user must pass its folder as an input
+                if not entry.get("optional") or entry.get("outside_output_dir"):
                     _report_absent(plan, rec_art.info.path, raw, folder, target, entry)
                 continue
             if is_record(art.info.kind):

@@ -10,8 +10,8 @@ without reading the raw inputs again.
 - :mod:`.sink`     a job's events → rows → Parquet parts (inside a merge worker);
 - :mod:`.layout`   where parts go, the document, stale parts;
 - :mod:`.dataset`  the one loader analysis code uses;
-- :mod:`.view`     Perfetto outputs (per step, per role) written from the rows; :mod:`.archive` the
-  Perfetto v58+ archive.
+- :mod:`..views.view`     Perfetto outputs (per step, per role) written from the rows;
+  :mod:`..views.archive` the Perfetto v58+ archive.
 
 pyarrow is an optional extra (``rl-trace-observer[shards]``), imported only when shards are used.
 """

@@ -9,12 +9,17 @@ Only the parts the document lists are read (never a glob: leftovers of a crashed
 pruned by step and host from the document before any file is opened; ``scan`` yields one part at a
 time (memory follows the largest part, not the run). Rows come in the merged trace's order within a
 part (``job``, ``ordinal``); :func:`trace_order` sorts a table that way.
+
+A part can be damaged after the merge (a disk filled, a copy cut short, a file deleted):
+:meth:`Shards.whole` checks each listed part against the document (there, its size, its Parquet footer,
+its row count) and gives the shards without the damaged ones, each named with what is wrong in
+``missing`` — the readers answer from the whole parts and say which are left out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from .schema import NAMES, SPAN_SCHEMA
 class Shards:
     root: Path
     doc: dict[str, Any]
+    missing: list[dict[str, str]] = field(default_factory=list)  # damaged parts left out (:meth:`whole`)
 
     @classmethod
     def open(cls, root: str | Path) -> Shards:
@@ -34,6 +40,39 @@ class Shards:
         if doc.get("span_schema") != SPAN_SCHEMA:
             raise ShardsError(f"{root}: span schema {doc.get('span_schema')!r} is not {SPAN_SCHEMA!r}")
         return cls(Path(root), doc)
+
+    def whole(self) -> Shards:
+        """These shards without the parts that are not whole (named in ``missing``); raises
+        :class:`ShardsError` when no listed part is whole."""
+        pq = parquet()
+        missing = []
+        for part in self.parts():
+            why = _damage(self.root / part["path"], part, pq)
+            if why is not None:
+                missing.append({"path": str(part["path"]), "why": why})
+        if not missing:
+            return self
+        bad = {m["path"] for m in missing}
+        files = [f for f in self.doc.get("files") or [] if f["path"] not in bad]
+        if not files:
+            first = missing[0]
+            raise ShardsError(f"{self.root / first['path']}: {first['why']}, and no listed part is whole")
+        doc = {**self.doc, "files": files, "rows": sum(int(f.get("rows") or 0) for f in files)}
+        return Shards(self.root, doc, missing)
+
+    def missing_line(self) -> str | None:
+        """One line naming the parts left out and what is wrong with the first, or None."""
+        if not self.missing:
+            return None
+        n, total = len(self.missing), len(self.missing) + len(self.doc.get("files") or [])
+        first = self.missing[0]
+        more = (
+            f" (+{n - 1} more: {', '.join(m['path'] for m in self.missing[1:4])}{', ...' if n > 4 else ''})"
+        )
+        return (
+            f"{self.root}: {n} of {total} span shard parts left out, {first['path']}: {first['why']}"
+            f"{more if n > 1 else ''}; the answers cover the other parts"
+        )
 
     # ----------------------------------------------------------------------------- what is there
     @property
@@ -120,6 +159,28 @@ class Shards:
         from .schema import arrow_schema
 
         return ds.dataset([str(p) for p in self.paths()], schema=arrow_schema(), format="parquet")
+
+
+def _damage(path: Path, part: dict[str, Any], pq: Any) -> str | None:
+    """What is wrong with a listed part file, or None when it is whole as far as the document says."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing (deleted or never copied)"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    want = part.get("bytes")
+    if size == 0:
+        return f"empty (0 bytes; the merge wrote {want})" if want else "empty (0 bytes)"
+    if isinstance(want, int) and size != want:
+        return f"{size} bytes where the merge wrote {want} (cut short or overwritten)"
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except Exception as exc:  # a damaged footer: pyarrow's own words, one line
+        return f"not a readable Parquet file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    if isinstance(part.get("rows"), int) and rows != part["rows"]:
+        return f"holds {rows} rows where the merge wrote {part['rows']}"
+    return None
 
 
 def trace_order(table: Any) -> Any:

@@ -67,7 +67,11 @@ def read_doc(root: str | os.PathLike[str]) -> dict[str, Any]:
     except FileNotFoundError:
         raise ShardsError(f"{root}: not a span shard directory (no {DOC_NAME})") from None
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise ShardsError(f"{path}: unreadable ({exc})") from None
+        why = "empty" if isinstance(exc, orjson.JSONDecodeError) and not exc.doc else "cut short or damaged"
+        raise ShardsError(
+            f"{path}: the shard document is {why} ({exc}); its parts cannot be told from leftovers, "
+            "re-run the merge with --shards"
+        ) from None
     if not isinstance(doc, dict) or doc.get("schema") != DOC_SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else None
         raise ShardsError(f"{path}: schema {found!r} is not {DOC_SCHEMA!r} (written by another version?)")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from msgspec import UNSET
 
+from ..output import owned
 from ..timeline.model import Event, us_to_ns
 from .arrow import compute, parquet, pyarrow
 from .layout import part_name, partition_dir
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 class Task(Protocol):
-    """What a row needs of the file it came from (a merge job's task: :class:`..run.jobs.Task`)."""
+    """What a row needs of the file it came from (a merge job's task: :class:`..job.spec.Task`)."""
 
     index: int
     host: str
@@ -218,7 +219,7 @@ class ShardSink:
             rel = f"{partition_dir(step, host)}/{part_name(self.job, self.spec.tag)}"
             final = Path(self.spec.root) / rel
             final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+            tmp = owned.temp_path(final)  # the merge's name: a killed merge's is swept by the next
             writer = parquet().ParquetWriter(str(tmp), self.write_schema, **WRITE_OPTIONS)
             part = self._parts[(step, host)] = _Part(rel, tmp, writer, step, host)
         part.pending.append(table)

@@ -96,6 +96,7 @@ class ProcessDecl:
     key: ProcessKey | None  # the OS process, or the owner of a sub-process
     sub: str | None = None  # "GPU 0", "Proton", ... for sub-processes
     source_name: str | None = None  # what the source called it (Kineto "python", Proton "Trace")
+    role: str | None = None  # the role its file states for it (an OTLP resource's): an unplanned title's
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,9 @@ def process_title(decl: ProcessDecl, known: dict[int, str]) -> str:
         if decl.merged_pid in known:
             return known[decl.merged_pid]
         key = decl.key
-        return f"{key.host} · pid {key.pid}" if key is not None else f"process {decl.merged_pid}"
+        if key is None:
+            return f"process {decl.merged_pid}"
+        return f"{key.host} · pid {key.pid} · {decl.role}" if decl.role else f"{key.host} · pid {key.pid}"
     owner = known.get(decl.merged_pid & ~0xFF)
     if owner is None and decl.key is not None:
         owner = f"{decl.key.host} · pid {decl.key.pid}"

@@ -5,9 +5,21 @@ re-hashed on every access; a struct with ``gc=False`` is a fraction of that and 
 from the source bytes. ``args`` stays a ``msgspec.Raw`` slice of the input, so arguments are copied,
 never parsed or re-encoded (the merger does not need them, and Kineto's are half of each event).
 
-Time rule (docs/FORMATS.md §3): after a reader returns, ``ts``/``dur`` are INTEGER nanoseconds;
-``ts`` is absolute wall-clock ns (``anchor_ns + round(ts_us * 1000)``), so no float of epoch values
-ever exists. Writers derive µs from them exactly once.
+Time rule (docs/FORMATS.md §3). ``ts``/``dur`` are one pair of fields whose UNIT depends on the stage
+an event is in — four of them, each named where it is produced:
+
+1. decoded: the source's own numbers (Chrome JSON µs, int or float), only inside a reader;
+2. after a reader returns: INTEGER absolute wall-clock ns (``anchor_ns + us_to_ns(ts_us)``, so no
+   float of an epoch value ever exists) — or, when the reader was asked to defer
+   (``ReadResult.deferred``), still the source µs after the anchor, converted once by the fused loop;
+3. after the listed passes: integer absolute ns, corrected onto the reference clock;
+4. after the fused loop (``transform.fastpath.to_output``): the OUTPUT's units relative to the job's
+   base — float µs for Chrome JSON (``FileJob.unit_ns`` 1000, with the few µs values that do not give
+   the ns back listed in ``FileJob.far``), integer ns for protobuf (``unit_ns`` 1).
+
+Which of these an event list is in is carried by its holder (``ReadResult.deferred``,
+``merge.job.file.FileJob.fast`` and ``unit_ns``), not by the event: a struct per event and stage would
+cost the merge its speed. Writers derive µs from absolute ns exactly once.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 __all__ = [
+    "BAD_JSON",
     "FLOAT_US_EXACT_NS",
     "UNSET",
     "ArtifactInfo",
@@ -30,6 +43,12 @@ __all__ = [
     "ThreadKey",
     "us_to_ns",
 ]
+
+
+# What decoding hostile JSON raises: msgspec's error, and RecursionError for a value nested deeper
+# than the interpreter's recursion limit (~1,000 levels: args nested 1,200 deep). Every reader catches
+# both, so such a value costs its event (or line), never the file or the merge.
+BAD_JSON: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 
 
 # Every phase of the Chrome trace event format (and "" for none): decoding ``ph`` as a Literal returns
@@ -165,7 +184,11 @@ class Problem:
 
 
 PROBLEM_KINDS = (
-    "incomplete",  # truncated gzip, cut last JSONL line, unreadable or empty file
+    "incomplete",  # truncated gzip, cut last JSONL line, empty file
+    # not read at all: not a regular file (FIFO, socket, device), a symlink loop, a dangling symlink or
+    # one to a directory, permission denied, a read error, a gzip stream that does not open
+    "unreadable",
+    "oversized",  # a run of whitespace or of one byte, or one event, over the bound: a decompression bomb
     "duplicate",  # the same bytes under two paths: the later copy is skipped
     "missing",  # registered in a process record but not among the inputs
     "unlinked",  # no owning record where the inputs have records (or no pid, or ranks on one pid)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .model import Event
+from .model import BAD_JSON, Event
 
 SCOPE_FLOW_NAME = "viztracer->proton"
 SCOPE_FLOW_CAT = "tokenspeed.proton"
@@ -29,11 +29,11 @@ def scope_ids(scoped: list[Event]) -> list[int | None]:
     try:
         raw = b"[" + b",".join([e.args for e in scoped]) + b"]"  # type: ignore[misc]
         return [v.scope_id for v in _SCOPE_LIST.decode(raw)]
-    except msgspec.DecodeError:  # one odd scope: decode them one by one, as link_scopes does
+    except BAD_JSON:  # one odd scope: decode them one by one, as link_scopes does
         ids: list[int | None] = []
         for e in scoped:
             try:
                 ids.append(SCOPE_ARGS.decode(e.args).scope_id)  # type: ignore[arg-type]
-            except msgspec.DecodeError:
+            except BAD_JSON:
                 ids.append(None)
         return ids

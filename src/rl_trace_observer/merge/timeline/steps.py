@@ -1,15 +1,17 @@
 """Step windows from step-marker spans: ONE rule for the merge (span shards' ``step``, ``--step``,
 ``--split-steps``, views), the report (``analysis.report.windows.step_windows`` calls it) and the
 report's SQL tables, so a row's step is the step the report gives it. The markers themselves are a
-format's to find (``Format.step_markers``: RL-Insight's event logs, :mod:`..formats.rl_insight.markers`;
+format's to find (``MarksSteps.step_markers``: RL-Insight's event logs, :mod:`..formats.rl_insight.markers`;
 a profiler trace's CPU ranges of these names, ``ProfilerStep#N`` mostly, :mod:`..formats.kineto.markers`).
 
 A marker is a span whose whole name is one of :data:`STEP_MARKERS`, in preference order: a
 ``global_step`` span (the VERL integration and the demo write one per training step), else VERL's
-``train_batch`` annotation, else torch.profiler's ``ProfilerStep#N`` (``prof.step()``: a trace
-without RL-Insight spans). The first kind the trace has wins (the report's stage table lists the
-same rows in the same order). A marker states its step by a ``step`` (``global_step``,
-``global_steps``) argument, else by its name (``ProfilerStep#12``). When every marker states one
+``train_batch`` annotation, else NeMo-RL's ``rl.<algo>.step`` (its OTLP spans, and its Perfetto
+tracer's step events joined into spans by that reader), else torch.profiler's ``ProfilerStep#N``
+(``prof.step()``: a trace without RL-Insight spans). The first kind the trace has wins (the
+report's stage table lists the same rows in the same order). A marker states its step by a ``step``
+(``global_step``, ``global_steps``, NeMo-RL's ``rl.iteration`` / ``rl.step``) argument, else by its
+name (``ProfilerStep#12``). When every marker states one
 step, markers group by it (per-rank copies of a step join, the next step of a rank that runs ahead
 stays apart); otherwise overlapping markers join. A window's number is the step its markers state
 when every window has exactly one and they differ, else 1, 2, ... in time order. Traces without
@@ -27,10 +29,11 @@ from typing import Any
 STEP_MARKERS: tuple[tuple[str, str], ...] = (
     (r"^global_step$", "one span per training step (the VERL integration's step marker)"),
     (r"^train_batch$", "VERL's per-step annotation; windows when there is no global_step"),
+    (r"^rl\.[a-z0-9_]+\.step$", "NeMo-RL's step spans (nemo-lens rl.<algo>.step; its Perfetto tracer's)"),
     (r"^ProfilerStep\s*#\s*\d+$", "torch.profiler's prof.step() ranges: steps of a profiler-only trace"),
 )
 NAMED_MARKERS = ("global_step", "train_batch")  # the rows above that are one plain name
-STEP_KEYS = ("step", "global_step", "global_steps")
+STEP_KEYS = ("step", "global_step", "global_steps", "rl.iteration", "rl.step")
 _COMPILED = tuple(re.compile(pattern, re.IGNORECASE) for pattern, _ in STEP_MARKERS)
 _NUMBERED = re.compile(r"^ProfilerStep\s*#\s*(\d+)$", re.IGNORECASE)
 

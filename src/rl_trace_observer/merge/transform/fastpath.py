@@ -6,7 +6,7 @@ Why: each pass over a file costs ~0.1-0.5 µs per event in Python, as much as de
 path (:func:`..timeline.times.to_ns` → :data:`.passes.PASSES` → writer) walks the events
 five times and ``collections.Counter`` a sixth. For the same reason :func:`to_output` is one long
 function with the hot cases inlined (a call per event costs as much as the event's work) and the rare
-ones in :mod:`.flowspace`. The result is identical — ``tests/test_merge_properties.py`` checks the two
+ones in :mod:`.flowspace`. The result is identical — ``tests/merge/test_merge_properties.py`` checks the two
 paths against each other — and it stays exact: with ``anchor + offset - base = q * 1000 + r``,
 ``y = (ts_us + q) * 1000 + r`` recovers the integer ns the source wrote (both operands are within
 2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
@@ -31,7 +31,7 @@ from .flowbind import UNBOUND, recount
 from .flowspace import SCOPE_ID_MASK, FlowSpace, scope_ends
 from .nesting import by_lane, to_overlap_tracks, us_to_exact_ns
 from .outliers import SPREAD_NS, SpreadOut
-from .passes import _FLOW_V1, _SEQ_BITS, IdentityMapper, PassContext, count_overlaps
+from .passes import _FLOW_V1, _SEQ_BITS, BAD_PID, BadIdentity, IdentityMapper, PassContext, count_overlaps
 
 _EXACT_NS = 1 << 47  # ~39 h after the base: (ts + q) * 1000 keeps sub-ns accuracy below this
 FAR_NS = FLOAT_US_EXACT_NS  # ~101.8 days: from here on the µs double cannot hold the ns
@@ -101,7 +101,7 @@ def to_output(
     prev_lane: list[Any] = []
     global_pid = mapper.owner_merged
     lo, hi = exact, -exact
-    bad = long_slices = 0
+    bad = long_slices = no_pid = 0
     # namespace_ids' v1 chains, inlined: {(cat, name): {id: [new id, has start, has end, events]}}
     v1, other_flows, space = _FLOW_V1, _OTHER_FLOWS, FlowSpace(ctx)
     scope_cat, scope_name, viz_scopes = SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, space.viz_scopes
@@ -173,7 +173,11 @@ def to_output(
             else:
                 found = by_tid.get(tid)
                 if found is None or found[0] != pid:
-                    m_pid, m_tid = mapper.resolve(pid, tid)
+                    try:
+                        m_pid, m_tid = mapper.resolve(pid, tid)
+                    except BadIdentity:  # no process can own it: left out, counted
+                        no_pid += 1
+                        continue
                     state = lanes.get((m_pid, m_tid))
                     if state is None:
                         state = lanes[(m_pid, m_tid)] = [first_mode, 0, 0, -exact, [], [], exact]
@@ -302,6 +306,8 @@ def to_output(
     if long_slices or hi - lo > SPREAD_NS:  # times too far apart to judge here (.outliers)
         raise SpreadOut
     result.dropped += bad
+    if no_pid:
+        ctx.count(BAD_PID, no_pid)
     if in_order is not None:
         for key, st in lanes.items():
             in_order[key] = st[0] == 1 or st[0] == 4 or st[0] == 0

@@ -148,7 +148,7 @@ def _follow_flows(
 ) -> None:
     """A v1 flow event binds to the slice on top of its thread's stack at its time — the last one to
     start at or before it, ended or not — or, an ``f`` without ``bp: "e"``, to the next one to start
-    (Perfetto's JSON importer; :meth:`..writers.pftrace.PftraceWriter._flow_v1` does the same). Where
+    (Perfetto's JSON importer; :meth:`..output.pftrace.PftraceWriter._flow_v1` does the same). Where
     that slice moved, the flow event moves with it, so every arrow still lands on its slice."""
     for e in events:
         if e.ph not in _FLOW_V1:

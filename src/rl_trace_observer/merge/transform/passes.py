@@ -9,8 +9,9 @@ what they did into ``ctx.stats``.
    alignment supplies one), applied to start and end so durations follow drift.
 2. ``drop_time_outliers``: events far (a quarter of a year) from the rest of their file
    (:mod:`.outliers`): one absurd timestamp never stretches the run's window for the other files.
-3. ``filter_events``: time window and minimum duration.
-4. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`.identity`), declaring tracks;
+3. ``filter_events``: time window and minimum duration; a counter track's value held at a window's
+   start is kept as a sample there (:func:`held_counter_samples`).
+4. ``remap_identity``: source pid/tid to merged pid/tid (see :mod:`..timeline.identity`), declaring tracks;
    a global instant (``"s": "g"``) stays on its owner, declaring nothing.
 5. ``move_overlaps``: the slices Perfetto would drop for overlapping their parent go to an overlap
    track beside their thread, with the flow events bound to them (:mod:`.nesting`).
@@ -42,7 +43,7 @@ from ...capture.requests import RUN_SCOPE_PREFIX
 from ..clock.correction import IDENTITY, TimeCorrection
 from ..formats.base import Format, ReadContext, ReadResult
 from ..timeline.identity import ProcessDecl, ThreadDecl, fallback_pid, merged_tid, same_thread, sub_slot
-from ..timeline.model import Event, ProcessKey
+from ..timeline.model import BAD_JSON, Event, ProcessKey
 from ..timeline.scopes import SCOPE_ARGS, SCOPE_FLOW_CAT, SCOPE_FLOW_NAME
 from .flowbind import UNBOUND, first_starts, recount, unbound
 from .nesting import by_lane, to_overlap_tracks
@@ -66,6 +67,20 @@ def run_flow_id(bind: Any) -> int | None:
     return RUN_FLOW_BIT | (int.from_bytes(digest, "big") & (RUN_FLOW_BIT - 1))
 
 
+# stats key: events left out because their pid cannot name a process (manifest ``dropped_why``)
+BAD_PID = "bad_pid"
+WHY_BAD_PID = "no pid, or a pid that is neither text nor a 64-bit integer"
+
+
+class BadIdentity(ValueError):
+    """An event whose pid is missing, or neither text nor a 64-bit integer: no process can own it
+    (Perfetto's importer would put it on pid 0, a process of no file). The event is left out."""
+
+
+def _names_a_process(spid: Any) -> bool:
+    return type(spid) is str or (type(spid) is int and -(1 << 63) <= spid < 1 << 63)
+
+
 class IdentityMapper:
     """Source (pid, tid) → merged (pid, tid) for one artifact; remembers what it declared."""
 
@@ -78,9 +93,11 @@ class IdentityMapper:
         owner_merged: int,
         owner_key: ProcessKey | None,
         planned: dict[ProcessKey, int],
+        fold_into_owner: bool = False,
     ) -> None:
         self.reader, self.result, self.ctx = reader, result, ctx
         self.host, self.owner_merged, self.owner_key, self.planned = host, owner_merged, owner_key, planned
+        self.fold_into_owner = fold_into_owner
         self.processes: dict[int, ProcessDecl] = {}
         self.threads: dict[tuple[int, int], ThreadDecl] = {}
         self._pids: dict[Any, int] = {}
@@ -95,18 +112,26 @@ class IdentityMapper:
             merged = self.owner_merged + sub_slot(what)
             decl = ProcessDecl(merged, self.owner_key, what, source_name)
         elif isinstance(what, tuple):  # (OS pid, sub-process): another process's "GPU 0" on this host
-            key = ProcessKey(self.host, what[0])
+            key = (
+                self.owner_key if self.fold_into_owner and self.owner_key else ProcessKey(self.host, what[0])
+            )
             merged = (self.planned.get(key) or fallback_pid(key)) + sub_slot(what[1])
             decl = ProcessDecl(merged, key, what[1], None)
+        elif self.fold_into_owner:  # an engine worker of the owner (a rollout server): drawn as the owner
+            merged = self.owner_merged
+            decl = ProcessDecl(merged, self.owner_key, None, None)
         else:
             key = ProcessKey(self.host, what)
             merged = self.planned.get(key) or fallback_pid(key)
-            decl = ProcessDecl(merged, key, None, source_name)
+            decl = ProcessDecl(merged, key, None, source_name, self.reader.process_role(spid, self.result))
         self._pids[spid] = merged
         self.processes.setdefault(merged, decl)
         return merged
 
     def resolve(self, spid: Any, stid: Any) -> tuple[int, int]:
+        """Raises :class:`BadIdentity` for a pid that names no process."""
+        if not _names_a_process(spid):
+            raise BadIdentity(spid)
         if isinstance(stid, int) and not 0 <= stid < 1 << 32:  # Perfetto puts these on the pid's thread
             stid = spid if isinstance(spid, int) and 0 <= spid < 1 << 32 else 0
         mpid = self.pid(spid)
@@ -134,7 +159,7 @@ class PassContext:
     # a Proton file's scope slices and their scope ids, decoded once already (for its alignment)
     scope_ids: tuple[list[Event], list[int | None]] | None = None
     # when a set: the fused loop adds the ids of v1 flows with a start and more than one end (a protobuf
-    # writer gives each extra link an id of its own; see ..writers.pftrace_fused.fan_ends)
+    # writer gives each extra link an id of its own; see ..output.pftrace_fused.fan_ends)
     fanned: set[int] | None = None
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -196,7 +221,69 @@ def filter_events(events: list[Event], ctx: PassContext) -> list[Event]:
             continue
         out.append(e)
     ctx.count("filtered", len(events) - len(out))
-    return out
+    held = held_counter_samples(events, ctx.windows) if spans else []
+    return _with_held(out, held, ctx) if held else out
+
+
+def _with_held(out: list[Event], held: list[Event], ctx: PassContext) -> list[Event]:
+    """``out`` with each held sample just before the first later sample of its track (else last), so
+    every counter track stays in time order."""
+    ctx.count(HELD_COUNTERS, len(held))
+    waiting: dict[tuple[Any, ...], list[Event]] = {}
+    for c in sorted(held, key=lambda c: c.ts, reverse=True):  # type: ignore[arg-type, return-value]
+        waiting.setdefault(_counter_track(c), []).append(c)
+    merged: list[Event] = []
+    for e in out:
+        if e.ph == "C":
+            mine = waiting.get(_counter_track(e))
+            while mine and mine[-1].ts < e.ts:  # type: ignore[operator]
+                merged.append(mine.pop())
+        merged.append(e)
+    merged += [c for cs in waiting.values() for c in reversed(cs)]
+    return merged
+
+
+HELD_COUNTERS = "held_counter_samples"
+
+
+def _counter_track(e: Event) -> tuple[Any, ...]:
+    return (e.pid, e.tid, e.name, e.cat, e.id)
+
+
+def held_counter_samples(
+    events: list[Event], windows: tuple[tuple[int | None, int | None], ...]
+) -> list[Event]:
+    """Each counter track's value held at each window's start: a copy of its last sample before the
+    window, put at the window's start.
+
+    Why: samplers write a series only when it changes (a gauge, a rate that stays put), so a window
+    cut by time would hold no sample of a track that last changed before it, and every reader of
+    the cut (the report's telemetry over a step, a view's counter track) would see nothing or only
+    the later values — not what the whole run says at those times. A track with a sample exactly at
+    the window's start, or whose last earlier sample is kept already (in an earlier window), needs
+    no copy."""
+    bounds = sorted({lo for lo, _ in windows if lo is not None})
+    if not bounds:
+        return []
+    spans = [(lo if lo is not None else -(1 << 63), hi if hi is not None else 1 << 63) for lo, hi in windows]
+    last: dict[tuple[tuple[Any, ...], int], Event] = {}  # (track, window start) -> last sample at or before
+    for e in events:
+        if e.ph != "C":
+            continue
+        ts = e.ts
+        track = _counter_track(e)
+        for lo in bounds:
+            if ts <= lo:  # type: ignore[operator]
+                prev = last.get((track, lo))
+                if prev is None or prev.ts <= ts:  # type: ignore[operator]
+                    last[(track, lo)] = e
+    held = []
+    for (_, lo), e in last.items():
+        ts = e.ts
+        if ts == lo or any(a <= ts <= b for a, b in spans):  # type: ignore[operator]
+            continue
+        held.append(msgspec.structs.replace(e, ts=lo))
+    return held
 
 
 def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
@@ -207,6 +294,7 @@ def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
     last_key: tuple[Any, Any] | None = None
     last: tuple[int, int] = (0, 0)
     global_pid = mapper.owner_merged
+    gone: set[int] = set()
     for e in events:
         if e.s == "g" and e.ph in ("i", "I"):
             e.pid, e.tid = global_pid, 0
@@ -215,10 +303,17 @@ def remap_identity(events: list[Event], ctx: PassContext) -> list[Event]:
         if key != last_key:
             found = cache.get(key)
             if found is None:
-                found = cache[key] = mapper.resolve(e.pid, e.tid)
+                try:
+                    found = cache[key] = mapper.resolve(e.pid, e.tid)
+                except BadIdentity:
+                    gone.add(id(e))
+                    continue
             last_key, last = key, found
         e.pid, e.tid = last
-    return events
+    if not gone:
+        return events
+    ctx.count(BAD_PID, len(gone))
+    return [e for e in events if id(e) not in gone]
 
 
 def move_overlaps(events: list[Event], ctx: PassContext) -> list[Event]:
@@ -272,7 +367,7 @@ def link_scopes(events: list[Event], ctx: PassContext) -> list[Event]:
             if e.cat == "scope" and e.ph == "X" and e.args is not UNSET:
                 try:
                     sid = SCOPE_ARGS.decode(e.args).scope_id
-                except msgspec.DecodeError:
+                except BAD_JSON:
                     continue
                 if sid is not None:
                     found.add(sid)

@@ -27,17 +27,18 @@ import msgspec
 import orjson
 
 from ...common.atomic import atomic_output
-from ..files.writeback import WritebackFile
+from ..job.spec import SLICE_PHASES, Job, Outcome
 from ..manifest.document import manifest_path_for, new_manifest, write_manifest
+from ..manifest.pair import failed_path, identity, record_failure
 from ..manifest.ui import ui_section
 from ..options import MergeOptions, MergeResult, UsageError, output_format, step_output
-from ..run.jobs import SLICE_PHASES, Job, Outcome
+from ..output import chrome_json
+from ..output.writeback import WritebackFile
 from ..shards.arrow import compute
 from ..shards.dataset import Shards, trace_order
 from ..shards.layout import ShardsError
 from ..timeline.identity import ProcessDecl, ThreadDecl
-from ..timeline.model import Event
-from ..writers import chrome_json
+from ..timeline.model import Event, Problem
 
 _FLOW_PHASES = ("s", "t", "f")
 
@@ -122,15 +123,40 @@ def write_view(shards_dir: str, output: str, opts: MergeOptions, fmt: str, make:
             "clock": (shards.manifest() or {}).get("timeline", {}).get("clock") or {"mode": "wall"},
         }
     )
-    manifest["output"].update(
-        {"written": written, "size": out.stat().st_size if written else None, "ui_memory": ui_section(counts)}
-    )
+    manifest["output"].update({"written": written, "size": None, "ui_memory": ui_section(counts)})
     manifest["processes"] = state
-    manifest["status"] = "ok" if written else "failed"
+    manifest.setdefault("problems", []).extend(_source_problems(shards, str(shards_dir)))
+    manifest["status"] = "failed" if not written else ("partial" if manifest["problems"] else "ok")
     manifest["elapsed_s"] = round(time.monotonic() - started, 3)
     mpath = Path(opts.manifest) if opts.manifest else manifest_path_for(out)
+    if not written:  # an earlier view at ``output`` keeps the manifest that describes it
+        mpath = record_failure(out, mpath, manifest)
+        return MergeResult(str(out), str(mpath), manifest, 1, [])
+    manifest["output"].update(identity(out))  # the readers check the pair (..manifest.pair)
     write_manifest(mpath, manifest)
-    return MergeResult(str(out), str(mpath), manifest, 0 if written else 1, [])
+    failed_path(mpath).unlink(missing_ok=True)
+    # --strict as for a merge: a view of shards whose merge lost something fails (the view is written)
+    problems = [Problem(p["kind"], p["path"], p["detail"]) for p in manifest["problems"]]
+    return MergeResult(str(out), str(mpath), manifest, 1 if opts.strict and problems else 0, problems)
+
+
+def _source_problems(shards: Shards, where: str) -> list[dict[str, Any]]:
+    """What the merge that wrote the shards lost, or parts left out here: one problem, so that
+    ``--strict`` fails a view of an incomplete run as it fails the merge itself."""
+    found = []
+    lost = len((shards.manifest() or {}).get("problems") or [])
+    if lost:
+        found.append(
+            {
+                "kind": "source_problems",
+                "path": where,
+                "detail": f"the merge that wrote these shards reported {lost} problem(s); see its manifest",
+            }
+        )
+    line = shards.missing_line()
+    if line:
+        found.append({"kind": "missing_parts", "path": where, "detail": line})
+    return found
 
 
 def view_steps(shards_dir: str) -> list[int]:
@@ -233,7 +259,7 @@ class _Output:
     """Chrome JSON pieces, or one protobuf packet sequence per job, into the view's file."""
 
     def __init__(self, f: Any, fmt: str, base: int, header: dict[str, Any]) -> None:
-        from ..files.compress import GzipMember
+        from ..output.compress import GzipMember
 
         self.fmt, self.base, self.f = fmt, base, f
         self.json = None
@@ -248,8 +274,8 @@ class _Output:
             pieces, _, _ = chrome_json.encode_pieces(events, self.base, self.fmt == "json.gz")
             self.json.add(pieces)
             return
-        from ..files.compress import write_any_piece
-        from ..run.pftrace_job import PftraceSink
+        from ..job.emit_pftrace import PftraceEmitter
+        from ..output.compress import write_any_piece
 
         titles = {pid: p["name"] for pid, p in names.items()}
         mapper = _Mapper()
@@ -260,9 +286,9 @@ class _Output:
             t = threads.get((pid, tid))
             if t is not None and (pid, tid) not in mapper.threads:
                 mapper.threads[(pid, tid)] = ThreadDecl(pid, tid, t["name"], t["sort_index"])
-        sink = PftraceSink(Job([], self.base, self.fmt, {}, titles, sequence_id=job))
+        sink = PftraceEmitter(Job([], self.base, self.fmt, {}, titles, sequence_id=job))
         sink.add(events, mapper, Outcome(job))  # type: ignore[arg-type]
-        pieces, _ = sink.close()
+        pieces, _ = sink.finish()
         for piece in pieces:
             write_any_piece(self.f, self.gz, piece)
 

@@ -13,16 +13,17 @@ import gc
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from ...timeline.model import Event, Problem
+from ...timeline.model import BAD_JSON, Event, Problem
 from ...timeline.times import EARLIEST_NS, KNOWN_PHASES, MAX_TS_NS, to_ns
 from . import ReadContext, ReadResult
+from .json_split import split_document
 
 _SALVAGE_ATTEMPTS = 64
 _NON_FINITE = re.compile(rb"(?<=[:,\[])(\s*)-?(?:NaN|Infinity)")
@@ -83,6 +84,12 @@ class Decoded:
     problems: list[Problem]
     dropped: int
     complete: bool
+    dropped_why: dict[str, int] = field(default_factory=dict)  # reason -> events (see WHY_*)
+
+
+# why the careful decode drops an event (manifest ``artifacts[].dropped_why``)
+WHY_DEEP = "args nested deeper than the decoder's limit (~1,000 levels)"
+WHY_FIELDS = "a field of the wrong type (a time, pid or id that is text, null, NaN or out of range)"
 
 
 def decode(data: bytes, path: str) -> Decoded:
@@ -92,7 +99,7 @@ def decode(data: bytes, path: str) -> Decoded:
     with gc_paused():
         try:
             return Decoded(_DECODER.decode(data), [], 0, True)
-        except msgspec.DecodeError:
+        except BAD_JSON:
             return _decode_carefully(data, path)
 
 
@@ -107,30 +114,38 @@ def _decode_carefully(data: bytes, path: str) -> Decoded:
         )
     if b"NaN" in data or b"Infinity" in data:
         data = _NON_FINITE.sub(rb"\1null", data)
-    complete = True
-    loose = _try_loose(data)
-    if loose is None:
-        loose, complete = _salvage(data)
+    complete, deep = True, False
+    try:
+        loose = _try_loose(data)
         if loose is None:
+            loose, complete = _salvage(data)
+    except RecursionError:  # a value nested too deep somewhere: cut the document without recursion
+        loose, deep = None, True
+    if loose is None and not deep and b'"traceEvents"' not in data:
+        raise NotATrace("not valid JSON")
+    if loose is None:
+        split = split_document(data)
+        if split is None or (not split.complete and not deep and not split.events):
             raise NotATrace("not valid JSON")
-        problems.append(
-            Problem(
-                "incomplete",
-                path,
-                f"JSON ends early; kept the {len(loose[0].traceEvents)} events before the cut",
-            )
-        )
-    raw_doc, top = loose
+        complete = split.complete
+        raws: list[Any] = split.events
+        top = {k: Raw(v) for k, v in split.top.items()}
+    else:
+        raws, top = loose[0].traceEvents, loose[1]
+    if not complete:
+        problems.append(Problem("incomplete", path, f"JSON ends early, after {len(raws)} whole events"))
     events: list[Event] = []
-    dropped = 0
-    for raw in raw_doc.traceEvents:
+    why: dict[str, int] = {}
+    for raw in raws:
         try:
             events.append(_EVENT_DECODER.decode(raw))
+        except RecursionError:
+            why[WHY_DEEP] = why.get(WHY_DEEP, 0) + 1
         except msgspec.DecodeError:
-            dropped += 1
+            why[WHY_FIELDS] = why.get(WHY_FIELDS, 0) + 1
     doc = _top_fields(top)
     doc.traceEvents = events
-    return Decoded(doc, problems, dropped, complete)
+    return Decoded(doc, problems, sum(why.values()), complete, why)
 
 
 class NotATrace(ValueError):
@@ -138,6 +153,8 @@ class NotATrace(ValueError):
 
 
 def _try_loose(data: bytes) -> tuple[_LooseDocument, dict[str, Raw]] | None:
+    """The top-level values and each event undecoded; None when the JSON is invalid. RecursionError
+    (a value nested too deep) is the caller's to handle: no cut would cure it."""
     try:
         top = msgspec.json.decode(data, type=dict[str, Raw])
         doc = msgspec.json.decode(data, type=_LooseDocument)
@@ -174,7 +191,7 @@ def _top_fields(top: dict[str, Raw]) -> Document:
         try:
             typed = msgspec.json.decode(b'{"%s":%s}' % (key.encode(), bytes(raw)), type=Document)
             setattr(doc, key, getattr(typed, key))
-        except msgspec.DecodeError:
+        except BAD_JSON:
             pass
     for key in ("schemaVersion", "deviceProperties", "traceName", "rl_trace_observer"):
         if key in top:
@@ -187,7 +204,7 @@ def exact_times(data: bytes) -> list[_Times] | None:
     try:
         with gc_paused():
             return msgspec.json.decode(data, type=_TimesDocument).traceEvents
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return None
 
 
@@ -195,6 +212,7 @@ def start(data: bytes, path: str) -> tuple[Document, ReadResult]:
     """Decode a Chrome-shaped file and open its result with the decode's problems and counts."""
     dec = decode(data, path)
     res = ReadResult(problems=dec.problems, dropped=dec.dropped, complete=dec.complete)
+    res.dropped_why.update(dec.dropped_why)
     res.read = len(dec.doc.traceEvents) + dec.dropped
     return dec.doc, res
 
@@ -255,7 +273,7 @@ def read_names(events: list[Event], result: ReadResult) -> None:
 
 def finish(events: list[Event], anchor_ns: int, result: ReadResult, defer: bool) -> None:
     """Hand the events over: on the ns timeline, or (``defer``) with their names read and their times
-    still µs after ``anchor_ns``, for the fused fast path to convert (:mod:`..timeline.times`)."""
+    still µs after ``anchor_ns``, for the fused fast path to convert (:mod:`...timeline.times`)."""
     if defer:
         read_names(events, result)
         result.events, result.deferred = events, True
@@ -296,7 +314,7 @@ def _metadata(e: Event, result: ReadResult) -> None:
         return
     try:
         args = msgspec.json.decode(e.args)
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return
     if not isinstance(args, dict):
         return
@@ -315,6 +333,6 @@ def decode_raw_args(e: Event) -> dict[str, Any]:
         return {}
     try:
         value = msgspec.json.decode(e.args)
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return {}
     return value if isinstance(value, dict) else {}

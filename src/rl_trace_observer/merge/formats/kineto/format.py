@@ -16,8 +16,19 @@ import msgspec
 from msgspec import UNSET
 
 from ...files.sources import Head, Source
-from ...timeline.model import Problem
-from ..base import REGIONS, Format, Hints, ReadContext, ReadResult, SourcePid, chrome_json
+from ...timeline.model import BAD_JSON, Problem
+from ..base import (
+    REGIONS,
+    AlignsOnPartner,
+    ClockEvidence,
+    Format,
+    Hints,
+    MarksSteps,
+    ReadContext,
+    ReadResult,
+    SourcePid,
+    chrome_json,
+)
 from ..base.chrome_hints import ABSOLUTE_US, chrome_hints
 from .markers import read_markers
 from .pairing import StageLinks
@@ -36,11 +47,11 @@ _OWN_EVENTS = re.compile(
 )
 
 
-class Kineto(Format):
+class Kineto(Format, MarksSteps, ClockEvidence, AlignsOnPartner):
     kind = "torch"
     label = "Torch"
     order = 2
-    probe, probe_cat = True, "user_annotation"  # record_function regions on the CPU (GPU ones: device clock)
+    probe_cat = "user_annotation"  # record_function regions on the CPU (GPU ones: device clock)
     causality = REGIONS  # a region sits inside its process's RL-Insight stage of the same name
     partner, partner_label = "rl_insight", "RL-Insight log"  # aligned on those stages (.pairing)
     markers_rank = 1  # ProfilerStep#N (or a global_step annotation): a run without RL-Insight logs
@@ -139,6 +150,6 @@ class Kineto(Format):
 def _object(raw: Any) -> dict[str, Any]:
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return {}
     return value if isinstance(value, dict) else {}

@@ -9,7 +9,7 @@ events among millions. The file is inflated once more and searched for the marke
 small objects around each hit are decoded. Times are placed as the read places them: after the
 file's ``baseTimeNanoseconds``, or as absolute epoch µs (torch < 2.4), as exact decimals; relative
 times with no anchor give none. (A trace a process record anchors belongs to a captured run, whose
-RL-Insight logs give the steps instead: :attr:`..base.Format.markers_rank`.)
+RL-Insight logs give the steps instead: :attr:`..base.MarksSteps.markers_rank`.)
 """
 
 from __future__ import annotations

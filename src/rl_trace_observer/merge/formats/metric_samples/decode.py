@@ -12,7 +12,10 @@ from typing import Any
 
 import msgspec
 
+from ...timeline.model import BAD_JSON
+
 SCHEMA_PREFIX = "rl-trace-samples/"
+_BAD_LINE: tuple[type[Exception], ...] = (*BAD_JSON, ValueError, TypeError, KeyError)
 _SPECIAL = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf, "Inf": math.inf}
 
 
@@ -82,7 +85,7 @@ def decode(data: bytes) -> SamplesFile:
             continue
         try:
             _line(msgspec.json.decode(line), out)
-        except (msgspec.DecodeError, ValueError, TypeError, KeyError):
+        except _BAD_LINE:
             out.bad_lines += 1
     return out
 

@@ -21,14 +21,17 @@ from ...timeline.model import Event, Problem
 from ...timeline.times import EARLIEST_NS, MAX_TS_NS
 from ..base import MANIFEST_ENTRY, Format, Hints, ProcessRef, ReadContext, ReadResult, SourcePid
 from ..base.chrome_hints import first_int
+from . import hardware
 from .decode import SamplesFile, decode, is_samples
-from .placement import Place, places
-from .tracks import source_tracks
+from .placement import HOST, Place, places
+from .tracks import Track, source_tracks
 
 CATEGORY = "metrics"  # counter events are ``metrics.<kind>``: gauge, rate, mean, p50, p99
 _SAMPLES = re.compile(r"^metrics-(?P<host>.+)-pid-(?P<pid>\d+)\.samples\.jsonl$")
 _WALL_NS = re.compile(rb'"wall_ns"\s*:\s*(\d{1,20})')
 _encode = msgspec.json.Encoder()
+# a sampler writes a stop line however it leaves, also on SIGTERM; only SIGKILL (or a crash) cannot
+NO_STOP = "no stop line: ended by SIGKILL or a crash (or still running when merged)"
 
 
 def summary(file: SamplesFile) -> dict[str, Any]:
@@ -54,7 +57,7 @@ def summary(file: SamplesFile) -> dict[str, Any]:
             if e.get("k") == "down"
         ],
         "samples": len(file.samples),
-        "stopped": stop.get("reason") if stop else None,
+        "stopped": stop.get("reason") if stop else NO_STOP,
         "sampler": {k: stats.get(k) for k in ("cpu_s", "scrapes", "failures")},
     }
 
@@ -68,17 +71,32 @@ def counter_events(file: SamplesFile) -> list[Event]:
     """Every track point of every source, as Chrome counter events."""
     out: list[Event] = []
     where = places(file)
-    for src in file.sources:
-        tracks = source_tracks(file, src)
+    node = {src for src, s in file.sources.items() if s.kind != "host" and hardware.is_node_exporter(file, s)}
+    on_host = any(where.get(src) == [HOST] for src in node)
+    for src, source in file.sources.items():
+        if hardware.is_npu_exporter(file, source):
+            for device, device_tracks in hardware.npu_tracks(file, src).items():
+                _emit(out, device, device_tracks)
+            continue
+        if src in node:
+            tracks = hardware.node_tracks(file, src)
+        else:
+            tracks = source_tracks(file, src)
+            if source.kind == "host" and on_host:  # one quantity, one track: node_exporter's
+                tracks = [t for t in tracks if not hardware.is_psutil_twin(t)]
         for place in where.get(src, []):
-            spid = _spid(place)
-            for track in tracks:
-                cat = f"{CATEGORY}.{track.kind}"
-                for t, v in track.points:
-                    if EARLIEST_NS <= t < MAX_TS_NS:
-                        args = msgspec.Raw(b'{"value":' + _encode.encode(v) + b"}")
-                        out.append(Event(ph="C", name=track.name, cat=cat, pid=spid, tid=0, ts=t, args=args))
+            _emit(out, place, tracks)
     return out
+
+
+def _emit(out: list[Event], place: Place, tracks: list[Track]) -> None:
+    spid = _spid(place)
+    for track in tracks:
+        cat = f"{CATEGORY}.{track.kind}"
+        for t, v in track.points:
+            if EARLIEST_NS <= t < MAX_TS_NS:
+                args = msgspec.Raw(b'{"value":' + _encode.encode(v) + b"}")
+                out.append(Event(ph="C", name=track.name, cat=cat, pid=spid, tid=0, ts=t, args=args))
 
 
 class MetricSamples(Format):

@@ -8,7 +8,9 @@
   that process's CUDA index through its ``CUDA_VISIBLE_DEVICES``) — the same ``GPU <k>`` process
   that process's Kineto trace fills; a GPU nobody used goes under ``GPU <n>`` of the sampler
   process (NVML's numbering).
-- The host: one process per host, ``Host``.
+- The host: one process per host, ``Host``; a node_exporter on the sampler's node draws there too,
+  in place of our psutil tracks of the same quantities (``hardware.py``).
+- Ascend's NPU exporter: one process per device, ``NPU <id>`` (``hardware.py``).
 
 A place is what a reader's ``process_of`` returns: an ``int`` OS pid on the sampler's host, a
 ``str`` naming a process of its own beside the sampler, or ``(pid, "GPU k")``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import hardware
 from .decode import SamplesFile, SourceDef
 
 Place = int | str | tuple[int, str]
@@ -48,6 +51,11 @@ def _is_transfer_queue(file: SamplesFile, source: SourceDef) -> bool:
     return any(s.src == source.src and s.family.startswith("tq_") for s in file.series.values())
 
 
+def _is_local(source: SourceDef) -> bool:
+    host = str(source.fields.get("address", "")).rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
 def target_title(source: SourceDef) -> str:
     fields: dict[str, Any] = source.fields
     job = str(fields.get("job") or "metrics")
@@ -68,6 +76,10 @@ def places(file: SamplesFile) -> dict[int, list[Place]]:
             index = int(source.fields.get("index") or 0)
             on = users.get(src) or []
             out[src] = [(pid, f"GPU {k}") for pid, k in on] or [f"GPU {index}"]
+        elif hardware.is_npu_exporter(file, source):
+            out[src] = []  # one ``NPU <id>`` process per device: hardware.npu_tracks places them
+        elif hardware.is_node_exporter(file, source) and (src in servers or _is_local(source)):
+            out[src] = [HOST]  # the host's source of truth (hardware.py)
         elif _is_transfer_queue(file, source):
             out[src] = [TRANSFER_QUEUE]
         elif src in servers:

@@ -106,13 +106,15 @@ def _track_name(family: str, kind: str, labels: tuple[tuple[str, str], ...]) -> 
 
 
 def constant_labels(series: list[SeriesDef]) -> set[str]:
-    """Labels with one value across all of a source's series (``model_name``, a lone ``engine``):
-    they say nothing a track name needs."""
+    """Labels with one value wherever they appear in a source's series (``model_name``, a lone
+    ``engine``): they say nothing a track name needs. Wherever, not in every series: a real vLLM's
+    page also carries prometheus_client's own ``process_*`` / ``python_gc_*`` series, which have no
+    ``model_name`` at all."""
     values: dict[str, set[str]] = {}
     for s in series:
         for k, v in s.labels.items():
             values.setdefault(k, set()).add(v)
-    return {k for k, vs in values.items() if len(vs) == 1 and all(k in s.labels for s in series)}
+    return {k for k, vs in values.items() if len(vs) == 1}
 
 
 def source_tracks(file: SamplesFile, src: int) -> list[Track]:

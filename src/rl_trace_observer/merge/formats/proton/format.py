@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...files.sources import Head
-from ..base import KERNELS, Format, Hints, ReadContext, ReadResult, SourcePid, chrome_json
+from ..base import KERNELS, Format, Hints, InTokenSpeedRank, ReadContext, ReadResult, SourcePid, chrome_json
 from ..base.chrome_hints import chrome_hints
 
 
-class Proton(Format):
+class Proton(Format, InTokenSpeedRank):
     kind = "proton"
     label = "Proton"
     order = 4

@@ -19,7 +19,7 @@ from msgspec import UNSET
 from ...clock.pair_apply import by_scope, raw_ns
 from ...clock.pair_events import match_keyed
 from ...clock.pairs import PairAlignment, align_pairs
-from ...timeline.model import Event
+from ...timeline.model import BAD_JSON, Event
 from ...timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, scope_ids
 from ..base import KERNELS, REPORT, ReadResult
 
@@ -124,5 +124,5 @@ def _flow_scope(e: Event) -> Any:
         return e.id
     try:
         return _ARGS.decode(e.args).scope_id
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return None

@@ -16,10 +16,10 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ...files.sources import Head, Source
-from ...timeline.model import Event, Problem
+from ...timeline.model import BAD_JSON, Event, Problem
 from ...timeline.steps import Marker
 from ...timeline.times import EARLIEST_NS, KNOWN_PHASES, MAX_TS_NS
-from ..base import STAGES, Format, Hints, ReadContext, ReadResult, SourcePid
+from ..base import STAGES, ClockEvidence, Format, Hints, MarksSteps, ReadContext, ReadResult, SourcePid
 from ..base.chrome_hints import first_int
 from ..base.chrome_json import gc_paused
 from .markers import read_markers
@@ -50,7 +50,7 @@ def _whole_lines(data: bytes, end: int) -> list[LogEvent] | None:
         return None  # every line starts with "{" below, so holds at least one value
     try:
         events = _LINE.decode_lines(memoryview(data)[:end])
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return None
     return events if len(events) == data.count(b"\n", 0, end) else None
 
@@ -68,7 +68,11 @@ def _series_name(name: Any, labels: Raw) -> Any:
     return f"{name}{{{','.join(f'{k}={v}' for k, v in sorted(values.items()))}}}"
 
 
-def _line_by_line(data: bytes, end: int) -> tuple[list[LogEvent], int]:
+WHY_LINE = "lines that are not one valid event (bad JSON, or a field of the wrong type)"
+WHY_DEEP_LINE = "lines nested deeper than the decoder's limit (~1,000 levels)"
+
+
+def _line_by_line(data: bytes, end: int, why: dict[str, int]) -> tuple[list[LogEvent], int]:
     events: list[LogEvent] = []
     bad = 0
     for line in data[:end].split(b"\n"):
@@ -76,16 +80,20 @@ def _line_by_line(data: bytes, end: int) -> tuple[list[LogEvent], int]:
             continue
         try:
             events.append(_LINE.decode(line))
+        except RecursionError:
+            why[WHY_DEEP_LINE] = why.get(WHY_DEEP_LINE, 0) + 1
+            bad += 1
         except msgspec.DecodeError:
+            why[WHY_LINE] = why.get(WHY_LINE, 0) + 1
             bad += 1
     return events, bad
 
 
-class RLInsight(Format):
+class RLInsight(Format, MarksSteps, ClockEvidence):
     kind = "rl_insight"
     label = "RL-Insight"
     order = 1
-    probe = True  # every complete span (stages: a handful per step and process) for the clock checks
+    probe_cat = None  # every complete span (stages: a handful per step and process) for the clock checks
     causality = STAGES  # the spans its process's Torch regions must sit inside
     counts = (("run_flow_endpoints", False),)  # rollout requests: a client and a server end each
     markers_rank = 0  # its global_step/train_batch spans give the run's steps (.markers)
@@ -121,23 +129,23 @@ class RLInsight(Format):
         with gc_paused():
             events = _whole_lines(data, end)
             if events is None:  # a bad line somewhere: line by line, to drop only the bad ones
-                events, bad = _line_by_line(data, end)
+                events, bad = _line_by_line(data, end, res.dropped_why)
             if tail.strip():
                 try:
                     last = _LINE.decode(tail)
                     if last.labels is not UNSET and not _labels_ok(last):
                         raise msgspec.DecodeError("labels is not an object")
                     events.append(last)
-                except msgspec.DecodeError:
+                except BAD_JSON:
                     res.complete = False
                     res.problems.append(Problem("incomplete", ctx.path, "last line is cut (process killed?)"))
         res.events, invalid = self._normalise(events, res)
         res.events.extend(request_events(res.events))  # engine phases, in-flight counters (rollout)
         bad += invalid
+        if invalid:
+            res.dropped_why[WHY_LINE] = res.dropped_why.get(WHY_LINE, 0) + invalid
         res.read = len(events) - invalid + bad  # a cut last line is a fragment, not an event
-        res.dropped += bad
-        if bad:
-            res.problems.append(Problem("dropped_events", ctx.path, f"{bad} lines are not valid events"))
+        res.dropped += bad  # named on the file's one dropped_events line, with the merge's other reasons
         return res
 
     def _normalise(self, events: list[LogEvent], res: ReadResult) -> tuple[list[Event], int]:
@@ -196,7 +204,7 @@ class RLInsight(Format):
             return
         try:
             args = msgspec.json.decode(e.args)
-        except msgspec.DecodeError:
+        except BAD_JSON:
             return
         if isinstance(args, dict):
             lane = args.get("lane") or str(args.get("name", "")).removeprefix(LANE_PREFIX)

@@ -1,13 +1,13 @@
 """Rollout request support in the merge: what a server's request spans imply, drawn at merge time.
 
 The capture layer writes one ``engine_request`` span per request a server handled
-(:mod:`...capture.requests`), on slot lanes so overlapping requests nest. Two things follow from
+(:mod:`....capture.requests`), on slot lanes so overlapping requests nest. Two things follow from
 those spans alone, so the merger derives them here instead of every server paying extra events on
 its hot path:
 
 - the engine's phases: a span whose args carry ``engine_ns`` = [queued, scheduled, first token,
-  last token] gets ``queue`` / ``prefill`` / ``decode`` sub-spans on its lane, clipped into it by
-  the capture layer's own rule (``phase_spans``), so they nest;
+  last token(, arrival)] gets ``(engine_input /) queue`` / ``prefill`` / ``decode`` sub-spans on its
+  lane, clipped into it by the capture layer's own rule (``phase_spans``), so they nest;
 - a "requests in flight" counter per (process, replica): ``rollout/requests_in_flight{replica=R}``
   (the labelled-metric naming of RL-Insight counters, so the report reads it like any metric), a
   sample at every time the count changes (equal times: ends first, so a request that leaves as
@@ -25,7 +25,7 @@ import msgspec
 from msgspec import UNSET
 
 from ....capture.requests import PHASE_CAT, REQUEST_CAT, SERVER_SPAN, EnginePhases, phase_spans
-from ...timeline.model import Event
+from ...timeline.model import BAD_JSON, Event
 
 COUNTER_NAME = "rollout/requests_in_flight"
 
@@ -45,7 +45,7 @@ def _args(raw: Any) -> _ServerArgs:
         return _EMPTY
     try:
         return _ARGS.decode(raw)
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return _EMPTY
 
 
@@ -64,7 +64,7 @@ def request_events(events: list[Event]) -> list[Event]:
         args = _args(e.args)
         changes[(e.pid, args.replica)] += [(ts, 1), (end, -1)]
         edges = args.engine_ns
-        if edges is not None and len(edges) == 4:
+        if edges is not None and 4 <= len(edges) <= 5:
             label = msgspec.json.encode({"request_id": args.request_id})
             for name, lo, hi in phase_spans(EnginePhases(*edges), ts, end):
                 out.append(

@@ -17,8 +17,8 @@ import msgspec
 import orjson
 from msgspec import UNSET
 
-from ..files.compress import GzipMember, deflate_piece, write_any_piece
-from ..files.spill import Spilled
+from ..output.compress import GzipMember, deflate_piece, write_any_piece
+from ..output.spill import Spilled
 from ..timeline.model import Event
 
 PIECE_EVENTS = 65536

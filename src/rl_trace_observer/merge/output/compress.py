@@ -28,13 +28,6 @@ LEVEL = 1
 _FINAL_BLOCK = zlib.compressobj(LEVEL, zlib.DEFLATED, -15).flush()  # b"\x03\x00": empty, BFINAL=1
 
 
-def decompressobj() -> Any:
-    """A gzip (one member) decompressor; ISA-L when installed."""
-    if _fast is not None:
-        return _fast.decompressobj(31)
-    return zlib.decompressobj(31)
-
-
 def deflate_piece(data: bytes | bytearray) -> tuple[bytes, int, int]:
     """Raw deflate of ``data`` ending in a sync flush: (piece, crc32, length)."""
     lib: Any = _fast if _fast is not None else zlib
@@ -121,10 +114,6 @@ class GzipMember:
             if length:
                 self._crc = crc32_combine(self._crc, crc, length)
                 self._size += length
-
-    @property
-    def uncompressed_bytes(self) -> int:
-        return self._size
 
     def close(self) -> None:
         self._emit(_FINAL_BLOCK)

@@ -34,6 +34,11 @@ class Task:
     namespace: int
     correction: TimeCorrection
     partner: Source | None = None  # the file in another job it aligns on (a Torch trace's RL-Insight log)
+    # the file's OS processes are its owner's engine (a rollout engine's worker processes, whose trace
+    # the server registered): drawn as the owner's process, not as processes of their own
+    fold_into_owner: bool = False
+    # byte ranges of whole lines the reader is not given (``MergeOptions.skip_lines``; windows only)
+    skip_lines: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -48,7 +53,7 @@ class Job:
     scope_namespace: int = 0
     sequence_id: int = 1
     weight: int = 0
-    spill_path: str | None = None  # where a worker process leaves big outputs (see ..files.spill)
+    spill_path: str | None = None  # where a worker process leaves big outputs (see ..output.spill)
     clock_mode: str = "auto"  # the user's --clock: "wall" keeps raw placement (pairs are only reported)
     clock_tolerance_ns: int = 1_000_000
     shards: ShardSpec | None = None  # also write the kept events as span rows (..shards)
@@ -72,6 +77,8 @@ class Outcome:
     min_ts: int | None = None
     max_ts: int | None = None
     skipped: bool = False
+    dropped_why: dict[str, int] = field(default_factory=dict)  # reason -> events left out
+    emitted: bool = False  # its events reached the writers (a failure after that is not its alone)
     spans: list[SpanSummary] = field(default_factory=list)  # for the clock causality checks
     clock: dict[str, Any] | None = None  # per-artifact alignment record (manifest timeline.clock.artifacts)
 

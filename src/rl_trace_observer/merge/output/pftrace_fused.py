@@ -26,9 +26,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from ...common import twins
 from ..formats.base.chrome_json import decode_raw_args
-from ..timeline.model import Event
-from . import native
+from ..timeline.model import BAD_JSON, Event
 from ._pbwire import _CONT, SMALL_VARINTS, pack_fixed64, varint
 from ._pftrace_sink import BEGIN, END, INSTANT, K_FLOW, K_TERMINATING, OpenSlice
 from .pftrace import PftraceWriter
@@ -43,7 +43,7 @@ _K_ANNOTATION, _DA_LEGACY_JSON = b"\x22", b"\x4a"
 _HOT = frozenset("Xstf")  # what a thread's loop writes itself; anything else takes the dict writer
 _OFF_THREAD = frozenset("Cben")  # counters and async slices: tracks of their own
 
-NATIVE_TWIN = "rl_trace_observer.merge.writers._pftrace_native"  # _write_thread in C, byte for byte
+NATIVE_TWIN = "rl_trace_observer.merge.output._pftrace_native"  # _write_thread in C, byte for byte
 Lanes = dict[tuple[Any, Any], list[list[Event]]]  # (pid, tid) -> [slices, other events]
 
 
@@ -56,7 +56,7 @@ class FusedWriter(PftraceWriter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        twin = self._twin = native.twin(NATIVE_TWIN)  # the compiled loops, or None
+        twin = self._twin = twins.twin(NATIVE_TWIN)  # the compiled loops, or None
         self._split_lanes = split_lanes if twin is None else twin.split_lanes
         self._compact_args = compact_args if twin is None else partial(twin.compact_args, py_compact=_compact)
         if twin is not None:
@@ -402,7 +402,7 @@ def compact_args(slices: list[Event]) -> None:
     if b"\n" in joined:
         try:
             compact = _RAW_LIST.decode(msgspec.json.format(joined, indent=-1))
-        except msgspec.DecodeError:  # a lone surrogate: msgspec reads none of the batch
+        except BAD_JSON:  # a lone surrogate: msgspec reads none of the batch
             compact = [_compact(bytes(r)) for r in raws]
     for e, raw, small in zip(with_args, raws, compact, strict=True):
         text = bytes(raw)
@@ -419,7 +419,7 @@ def compact_args(slices: list[Event]) -> None:
 def _compact(text: bytes) -> bytes:
     try:
         return msgspec.json.format(text, indent=-1)
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return text
 
 

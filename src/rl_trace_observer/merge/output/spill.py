@@ -8,8 +8,9 @@ worker waited on the parent). Instead a worker appends its pieces to a hidden pa
 output's folder and returns a :class:`Spilled` note; the parent copies the part into the output inside
 the kernel (``copy_file_range``) and deletes it.
 
-Part files are named ``.<output name>.<parent pid>.part<job>``: hidden (the merger never reads hidden
-files back as inputs) and removed on success, and by :func:`remove_parts` when a merge fails.
+Part files are named ``.<output name>.<owner>.part<job>`` (:mod:`.owned`: the merge process, so the
+next merge can prove a killed one's parts stale): hidden (the merger never reads hidden files back as
+inputs) and removed on success, and by :func:`remove_parts` when a merge fails.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import owned
 
 _COPY_BLOCK = 16 << 20
 
@@ -33,7 +36,7 @@ class Spilled:
 
 
 def part_path(out: Path, sequence: int) -> str:
-    return str(out.with_name(f".{out.name}.{os.getpid()}.part{sequence}"))
+    return str(owned.temp_path(out, f"part{sequence}"))
 
 
 def append(path: str, pieces: list[Any], first: bool, deflated: list[tuple[int, int]]) -> int:
@@ -89,7 +92,7 @@ def _user_copy(src: int, dst: int, size: int) -> int:
 
 def remove_parts(out: Path) -> None:
     """After a failed merge: the part files this process's workers left."""
-    for part in out.parent.glob(f".{out.name}.{os.getpid()}.part*"):
+    for part in out.parent.glob(f".{out.name}.{owned.owner()}.part*"):
         try:
             part.unlink()
         except OSError:

@@ -3,25 +3,28 @@
 Each job parses, rewrites and serialises (and, for ``.json.gz``, deflates) its files where it runs (a
 local worker process, a Ray node), so stitching only concatenates bytes: the JSON header or nothing,
 every job's piece in sequence order (deflate pieces joined into ONE gzip member, CRC combined), the
-process/thread names or the clock packet last. The output is written atomically: a merge that keeps
+process/thread names or the clock packet last. The output is completed under an owned temp name
+(:mod:`..output.owned`) and left there, ``RunState.pending``: only the merge's end knows whether it
+succeeded, and then commits output and manifest together (:mod:`..manifest.pair`). A merge that keeps
 no event (:class:`NothingUsable`) or fails leaves an earlier output as it was.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...common.atomic import atomic_output
-from ..files.compress import GzipMember, write_any_piece
-from ..files.writeback import WritebackFile
+from ..output import owned
+from ..output.chrome_json import ChromeJsonWriter, metadata_events
+from ..output.compress import GzipMember, write_any_piece
+from ..output.writeback import WritebackFile
 from ..timeline.identity import ProcessDecl, ThreadDecl, process_title
 from ..timeline.model import Rebase
-from ..writers.chrome_json import ChromeJsonWriter, metadata_events
-from .jobs import JobResult, Outcome
+from .spec import JobResult, Outcome
 
 TRACE_SCHEMA = "rl-trace-merge/1"
 
@@ -42,7 +45,8 @@ class RunState:
     threads: dict[tuple[int, int], ThreadDecl] = field(default_factory=dict)
     titles: dict[int, str] = field(default_factory=dict)
     output_size: int = 0
-    written: bool = False
+    written: bool = False  # complete, in ``pending`` until the merge commits it
+    pending: Path | None = None
     writer_stats: dict[str, Any] = field(default_factory=dict)
     shard_parts: list[dict[str, Any]] = field(default_factory=list)  # span shard parts (..shards)
     header: dict[str, Any] = field(default_factory=dict)  # the JSON output's header (trace_header)
@@ -67,26 +71,32 @@ class Stitcher:
     def output(self) -> Iterator[AddResult]:
         state, out = self.state, self.out
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(out) as raw:
-            f = WritebackFile(raw)  # written back as it goes: the final fsync has little left
-            writer = _writer(f, self.fmt, state.header)
-            kept = 0
+        tmp = owned.temp_path(out)
+        try:
+            with tmp.open("wb") as raw:
+                f = WritebackFile(raw)  # written back as it goes: the final fsync has little left
+                writer = _writer(f, self.fmt, state.header)
+                kept = 0
 
-            def add(res: JobResult, pieces: list[Any]) -> None:
-                nonlocal kept
-                lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
-                if lows and min(lows) < self.base:
-                    raise Rebase(min(lows))
-                fold(state, res)
-                kept += sum(o.kept for o in res.outcomes)
-                writer.add(pieces)
+                def add(res: JobResult, pieces: list[Any]) -> None:
+                    nonlocal kept
+                    lows = [o.min_ts for o in res.outcomes if o.min_ts is not None]
+                    if lows and min(lows) < self.base:
+                        raise Rebase(min(lows))
+                    fold(state, res)
+                    kept += sum(o.kept for o in res.outcomes)
+                    writer.add(pieces)
 
-            yield add
-            if not kept:
-                raise NothingUsable(state)
-            close_output(writer, state, self.tail)
-            f.flush()
-        state.output_size, state.written = out.stat().st_size, True
+                yield add
+                if not kept:
+                    raise NothingUsable(state)
+                close_output(writer, state, self.tail)
+                f.flush()
+                os.fsync(raw.fileno())  # on disk before the commit renames it
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        state.output_size, state.written, state.pending = tmp.stat().st_size, True, tmp
 
 
 class PacketsOut:

@@ -110,14 +110,3 @@ def iter_fields(data: bytes | memoryview) -> Iterator[tuple[int, int, int | byte
         else:
             raise ValueError(f"unsupported protobuf wire type {wire} at byte {pos}")
         yield field_no, wire, value
-
-
-def as_int64(value: int) -> int:
-    """A varint read back as a signed int64."""
-    return value - (1 << 64) if value > INT64_MAX else value
-
-
-def as_double(value: int) -> float:
-    """A fixed64 field read back as a double."""
-    result: float = struct.unpack("<d", value.to_bytes(8, "little"))[0]
-    return result

@@ -19,6 +19,19 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLon
 from libc.string cimport memchr, memcpy
 
 
+# The sha256 of this file, defined by setup.py at build time: common/twins.py ignores a twin whose
+# hash differs from its source's (a build from another version), whatever the files' times say.
+cdef extern from *:
+    """
+    #ifndef RL_TRACE_SOURCE_SHA256
+    #define RL_TRACE_SOURCE_SHA256 ""
+    #endif
+    """
+    const char* RL_TRACE_SOURCE_SHA256
+
+SOURCE_SHA256 = (<bytes>RL_TRACE_SOURCE_SHA256).decode("ascii")
+
+
 
 cdef bint _has_u_escape(const char* p, Py_ssize_t n) noexcept:
     """``b"\\u" in text``: a backslash followed by ``u`` (backslashes are rare: memchr finds them)."""

@@ -1,9 +1,10 @@
-"""A job's events as its own protobuf packet sequence (``.pftrace`` output; interning is per sequence).
+"""The ``.pftrace`` emitter: a job's events as its own protobuf packet sequence (interning is per
+sequence).
 
-Why a module of its own: the worker stays about reading and passes; this is the bridge from the merge's
-:class:`..timeline.model.Event` structs to :class:`..writers.pftrace_fused.FusedWriter`, which encodes them as
-they are (no per-event dict). Times reach the writer in ns relative to the job's base: the fused fast
-path makes them so; events from the listed passes (absolute ns) are shifted here.
+The bridge from the merge's :class:`..timeline.model.Event` structs to
+:class:`..output.pftrace_fused.FusedWriter`, which encodes them as they are (no per-event dict). Times
+reach the writer in ns relative to the job's base: the fused fast path makes them so; events from the
+listed passes (absolute ns) are shifted here.
 """
 
 from __future__ import annotations
@@ -11,19 +12,20 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from ..files.compress import deflate_piece
+from ..output.compress import deflate_piece
+from ..output.pftrace_fused import FusedWriter
 from ..timeline.identity import process_title
 from ..timeline.model import Event, Rebase
-from ..writers.pftrace_fused import FusedWriter
 
 if TYPE_CHECKING:
     from ..transform.passes import IdentityMapper
-    from .jobs import Job, Outcome
+    from .file import FileJob, JobRun
+    from .spec import Job, Outcome
 
-__all__ = ["PftraceSink"]
+__all__ = ["PftraceEmitter"]
 
 
-class PftraceSink:
+class PftraceEmitter:
     """Writes a job's events as its own protobuf sequence (interning is per sequence)."""
 
     def __init__(self, job: Job) -> None:
@@ -33,6 +35,12 @@ class PftraceSink:
         self.declared: set[int] = set()
         # an artifact whose events wait for more of its own (a rank report's linked scope flow starts)
         self._waiting: dict[int, tuple[list[Event], dict[Any, bool], set[Any]]] = {}
+
+    def emit(self, f: FileJob, run: JobRun) -> None:
+        """A file's kept events; a rank's report waits for its held flow starts (they bind to its
+        slices)."""
+        assert f.mapper is not None and f.ctx is not None
+        self.add(f.kept, f.mapper, f.out, f.in_order, f.ctx.fanned, wait=f.wait)
 
     def add(
         self,
@@ -83,8 +91,11 @@ class PftraceSink:
                 e.ts -= base  # type: ignore[operator]
         return events
 
-    def close(self) -> tuple[list[Any], dict[str, Any]]:
+    def close(self, run: JobRun) -> None:
         """The job's packets as one piece (deflated for ``.pftrace.gz``: in the worker, in parallel)."""
+        run.result.pieces, run.result.writer_stats = self.finish()
+
+    def finish(self) -> tuple[list[Any], dict[str, Any]]:
         for events, in_order, fanned in self._waiting.values():
             self.writer.write_events(events, in_order, fanned)
         self._waiting.clear()

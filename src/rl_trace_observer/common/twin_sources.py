@@ -1,0 +1,16 @@
+"""The one list of compiled twins: module name -> its Cython source, relative to the package root.
+
+Dependency-free on purpose: ``setup.py`` reads this file before the package is installed (to build
+each twin with the hash of its source compiled in) and :mod:`rl_trace_observer.common.twins` reads it
+to judge, at import, whether a built twin still matches its source.
+"""
+
+TWINS: dict[str, str] = {
+    "rl_trace_observer.merge.output._pftrace_native": "merge/output/_pftrace_native.pyx",
+    "rl_trace_observer.analysis.gpu._gpu_native": "analysis/gpu/_gpu_native.pyx",
+    # the fused per-event loop, compiled from its own Python source (setup.py: _python_twin)
+    "rl_trace_observer.merge.transform._fastpath_native": "merge/transform/fastpath.py",
+}
+
+# the C macro setup.py defines to the source's sha256 (each .pyx exposes it as SOURCE_SHA256)
+HASH_MACRO = "RL_TRACE_SOURCE_SHA256"
