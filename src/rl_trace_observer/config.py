@@ -73,6 +73,15 @@ SETTINGS: tuple[Setting, ...] = (
         "whenever capture is on); the VERL hooks that write them are then not installed.",
     ),
     Setting(
+        "RL_TRACE_AREAL",
+        "0",
+        "`1` (with capture on): in a process that imports `rl_trace_observer.integrations.areal.register` "
+        "(or runs under `python -m rl_trace_observer.integrations.areal`), wrap AReaL's "
+        "`perf_tracer.configure` to record its perf_counter origin against the wall clock and register "
+        "AReaL's trace and session files, so the merge places every rank's perf trace exactly. "
+        "Unset: nothing is patched.",
+    ),
+    Setting(
         "RL_TRACE_RECORD_INTERVAL_S",
         "1.0",
         "At most this often the process record is rewritten to refresh event counts "
@@ -175,7 +184,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RL_TRACE_NATIVE",
         "1",
-        "Merger and report only. `0`: run the `.pftrace` encoder's and the report's GPU analysis' "
+        "Merger and report only. `0`: run the `.pftrace` encoder's, the fused merge loop's and the "
+        "report's GPU analysis' "
         "pure-Python loops even where their compiled twins (built by Cython at install, see "
         "Dependencies) are present, e.g. to compare the two. `1`: use the twins when built and "
         "current (output is identical either way).",
@@ -200,6 +210,7 @@ class Config:
     viztracer_min_duration_us: float = 100.0
     viztracer_roles: tuple[str, ...] = ()
     requests: bool = True
+    areal: bool = False
     record_interval_s: float = 1.0
     buffer_mb: float = 64.0
     exit_wait_s: float = 2.0
@@ -351,6 +362,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         viztracer_min_duration_us=_number(env, "RL_TRACE_VIZTRACER_MIN_DURATION_US", 100.0, problems),
         viztracer_roles=roles,
         requests=_flag(env, "RL_TRACE_REQUESTS", problems, default=True),
+        areal=_flag(env, "RL_TRACE_AREAL", problems),
         record_interval_s=_number(env, "RL_TRACE_RECORD_INTERVAL_S", 1.0, problems),
         buffer_mb=_positive(env, "RL_TRACE_BUFFER_MB", 64.0, problems),
         exit_wait_s=_number(env, "RL_TRACE_EXIT_WAIT_S", 2.0, problems),
@@ -374,6 +386,26 @@ def load(env: Mapping[str, str] | None = None) -> Config:
     )
 
 
+_WARNED: set[tuple[int, str]] = set()  # (pid, problem): each said once per process
+
+
+def warn_problems(config: Config) -> None:
+    """Log each of ``config.problems`` once per process (a warning, never an exception).
+
+    Called wherever a process decides whether to capture (its first recorder, the RL-Insight
+    backend's installation), so a value that turns capture off, such as a relative
+    ``RL_TRACE_OUTPUT_DIR``, is said once even though no recorder is ever made."""
+    import logging
+
+    pid = os.getpid()
+    for problem in config.problems:
+        key = (pid, problem)
+        if key in _WARNED:
+            continue
+        _WARNED.add(key)
+        logging.getLogger("rl_trace_observer").warning("[rl-trace-observer] pid %s: %s", pid, problem)
+
+
 def markdown_table() -> str:
     """The README's configuration table, generated so it cannot drift from the code."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
@@ -388,3 +420,15 @@ def as_dict(config: Config) -> dict[str, Any]:
         conv: Callable[[Any], Any] = str if isinstance(value, Path) else (lambda v: v)
         out[key] = list(value) if isinstance(value, tuple) else conv(value)
     return out
+
+
+# Not a setting (no ``RL_TRACE_`` prefix, not in the README): tests set it to stop a merge at a named
+# point of its commit — ``<point>=<ready file>`` — so that they can ``kill -9`` it exactly there.
+TEST_PAUSE_VAR = "_RLTO_TEST_PAUSE"
+
+
+def pause_requested(point: str, env: Mapping[str, str] | None = None) -> Path | None:
+    """The ready file to create before pausing at ``point``, when a test asked for that point."""
+    value = (os.environ if env is None else env).get(TEST_PAUSE_VAR, "")
+    name, sep, ready = value.partition("=")
+    return Path(ready) if sep and name == point and ready else None

@@ -16,7 +16,9 @@ process to finish writing after a disk thaws.
 
 When stdin ends (the training process closed it, exited or was killed) the writer settles what is
 queued — whenever the disk lets it — rewrites the records whose counts changed, and the process
-exits. The working directory is ``/``, so a drain never keeps a mount busy.
+exits. SIGTERM, SIGINT or SIGHUP (:mod:`.ending`) end it the same way, after it read what the pipe
+already held: nothing it was handed is lost, no write is cut, and each record it rewrites says
+``events.ended_by`` (the signal). The working directory is ``/``, so a drain never keeps a mount busy.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import select
 import sys
 import threading
 from typing import Any
 
 from ..common.encoding import dumps_line
 from . import frames
+from .ending import Ending
 from .sink import Sink
+
+POLL_MS = 250  # how often a reader waiting for frames looks for an ending signal
 
 
 class _Messages:
@@ -61,12 +67,22 @@ def _detach() -> None:
         os._exit(0)
 
 
-def _read_frames(sink: Sink, messages: _Messages) -> None:
+def _read_frames(sink: Sink, messages: _Messages, ending: Ending) -> None:
+    """Frames from stdin into the sink until it ends — or, after an ending signal, until what the
+    pipe already holds is read (then the writer settles it all and the drain exits)."""
     parser = frames.Parser()
+    ready = select.poll()
+    ready.register(0, select.POLLIN)
     while True:
+        if ending.signal is not None:
+            os.set_blocking(0, False)
+        elif not ready.poll(POLL_MS):
+            continue  # nothing yet: look at the ending flag again
         try:
             chunk = os.read(0, 1 << 20)
-        except InterruptedError:
+        except (InterruptedError, BlockingIOError):
+            if ending.signal is not None:
+                break  # the pipe is empty: everything handed over is queued
             continue
         except OSError:
             break
@@ -87,11 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.detach:
         _detach()
     os.chdir("/")
+    ending = Ending().install()  # SIGTERM & co.: write what was handed over, say so, then exit
     messages = _Messages(1)
     messages({"hello": os.getpid()})
     sink = Sink(args.buffer_bytes, messages)
+    sink.ending = ending
     writer = sink.start()
-    _read_frames(sink, messages)
+    _read_frames(sink, messages, ending)
     sink.finish()
     writer.join()
     return 0

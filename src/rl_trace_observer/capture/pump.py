@@ -35,6 +35,7 @@ from typing import Any
 
 from ..common.encoding import loads
 from . import frames
+from .ending import detached_command
 from .sink import Sink
 
 Stream = Any  # a streams.Stream (that module imports this one, so not imported back)
@@ -159,9 +160,8 @@ def _launch_command(buffer_bytes: int) -> list[str]:
     children when the worker exits, and a Python launcher would take its start-up time to detach).
     A background job's stdin is /dev/null, before its own redirections: the pipe goes through fd 3."""
     drain = [sys.executable, "-m", DRAIN_MODULE, "--buffer-bytes", str(buffer_bytes)]
-    if os.path.exists("/bin/sh"):
-        return ["/bin/sh", "-c", 'exec 3<&0; exec "$0" "$@" <&3 3<&- &', *drain]
-    return [*drain, "--detach"]  # no shell: the drain forks itself once started
+    command = detached_command(drain)
+    return command if command is not drain else [*drain, "--detach"]  # no shell: it forks itself
 
 
 class _Local:
@@ -444,12 +444,31 @@ class Channel:
                 s = self._closed.pop(m["closed"], None)
                 if s is not None:
                     s.confirm(*m["counts"])
+                    if m.get("record_error"):
+                        self._say_counts(s, str(m["record_error"]))
+            elif "counts" in m:
+                for key, (w, d) in m["counts"].items():
+                    s = self.streams.get(int(key)) or self._closed.get(int(key))
+                    if s is not None:
+                        s.confirm(w, d)
             elif "warn" in m:
                 self._route_warning(m)
         if synced is not None:
             with self._sync_cond:
                 self._synced = max(self._synced, synced)
                 self._sync_cond.notify_all()
+
+    def _say_counts(self, s: Stream, record_error: str) -> None:
+        """The stream's record could not be written: its final counts go to stderr instead (once)."""
+        log.warning(
+            "[rl-trace-observer] pid %s: %s: %d events written, %d dropped; the record that would say "
+            "so could not be written (%s)",
+            self.pid,
+            s.path,
+            s.written,
+            s.dropped,
+            record_error,
+        )
 
     def _route_warning(self, m: dict[str, Any]) -> None:
         sid, kind, msg = m.get("sid", -1), str(m.get("warn")), str(m.get("msg"))

@@ -374,8 +374,7 @@ def configure(
     """
     global _RECORDER, _CHECKED, _FORK_HOOK_INSTALLED
     cfg = config if config is not None else config_mod.load()
-    for problem in cfg.problems:
-        log.warning("[rl-trace-observer] pid %s: %s", os.getpid(), problem)
+    config_mod.warn_problems(cfg)
     with _SINGLETON_LOCK:
         old, _RECORDER = _RECORDER, None
         if old is not None:  # first: its final record must not overwrite the new one's

@@ -45,6 +45,7 @@ import time
 from typing import Any, NamedTuple
 
 from ..common.encoding import dumps_line as _dumps_line
+from ..common.encoding import dumps_line_str_keys as _dumps_str_keys
 from .clock import wall_minus_mono_ns as wall_minus_mono
 from .recorder import Recorder, get_recorder
 
@@ -86,6 +87,8 @@ MAX_SLOTS = 16384  # per side and process: lanes beyond are one overflow lane
 _MAX_S = 1e12  # a monotonic or epoch time in seconds beyond this (or NaN) is garbage, not a time
 
 _time_ns = time.time_ns
+_heappop = heapq.heappop
+_heappush = heapq.heappush
 
 
 # ------------------------------------------------------------------------------------ switches
@@ -193,6 +196,10 @@ class EnginePhases(NamedTuple):
     scheduled_ns: int | None = None
     first_token_ns: int | None = None
     last_token_ns: int | None = None
+    # vLLM: the request's arrival in the engine's front end (``RequestStateStats.arrival_time``, where
+    # vLLM's e2e latency starts); before ``queued_ns`` by the hand-over to the engine core, which
+    # waits while the core is busy in a step. Last, so four-edge phases keep their meaning.
+    arrival_ns: int | None = None
 
 
 _NO_PHASES = EnginePhases()
@@ -206,7 +213,9 @@ def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
         rid = str(rid)
         pool = _pool(rec, replica)
         fields["request_id"] = rid
-        return Request(rid, _time_ns(), pool, pool.take(), fields)
+        free = pool.free
+        slot = _heappop(free) if free else pool.take()  # inline: the common case is a free slot
+        return Request(rid, _time_ns(), pool, slot, fields)
     except Exception as exc:
         _problem(rec, "begin", exc)
         return None
@@ -227,7 +236,8 @@ def begin_server(
 ) -> Request | None:
     """A request arrived in a server's generate method now (``replica``: its rank, for the lane)."""
     if args is not None:
-        args.update(fields)
+        if fields:
+            args.update(fields)
         fields = args
     if replica is not None:
         fields["replica"] = replica
@@ -262,7 +272,13 @@ def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) 
         "args": args,
     }
     try:
-        line = _dumps_line(event)
+        line = _dumps_str_keys(event)
+    except TypeError:  # a non-str key in the caller's args: the general encoder
+        try:
+            line = _dumps_line(event)
+        except Exception:
+            rec.write_event(event)
+            return
     except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
         rec.write_event(event)
         return
@@ -282,7 +298,9 @@ def end_client(req: Request | None, args: dict[str, Any] | None = None, **fields
     except Exception as exc:
         _problem(req.pool.rec, "end", exc)
     finally:
-        req.pool.give(req.slot)
+        slot = req.slot
+        if slot < MAX_SLOTS:  # _Slots.give, inline
+            _heappush(req.pool.free, slot)
 
 
 def end_server(
@@ -300,21 +318,25 @@ def end_server(
         return
     try:
         if args is not None:
-            args.update(fields)
+            if fields:
+                args.update(fields)
             fields = args
-        if phases is not None:
-            fields["engine_ns"] = list(phases)
+        if phases is not None:  # four edges unless the engine told its arrival too
+            fields["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
         _end(req, SERVER_SPAN, "flow_in", fields, _time_ns())
     except Exception as exc:
         _problem(req.pool.rec, "end", exc)
     finally:
-        req.pool.give(req.slot)
+        slot = req.slot
+        if slot < MAX_SLOTS:  # _Slots.give, inline
+            _heappush(req.pool.free, slot)
 
 
 def phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
     """queue / prefill / decode, clipped into the server span [start, end] and kept in order, so
     they nest in it (the merger draws them from a span's ``engine_ns`` with this same rule)."""
     edges = (
+        ("engine_input", ph.arrival_ns, ph.queued_ns),
         ("queue", ph.queued_ns, ph.scheduled_ns),
         ("prefill", ph.scheduled_ns, ph.first_token_ns),
         ("decode", ph.first_token_ns, ph.last_token_ns),
@@ -332,26 +354,59 @@ def phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, 
     return out
 
 
+OFFSET_TTL_NS = 100_000_000  # how long one wall − monotonic reading serves (slewing: ≤ 50 µs in it)
+_offset: tuple[int, int] = (0, -(1 << 62))  # (wall − mono ns, the monotonic ns it was read at)
+_mono_ns = time.monotonic_ns
+
+
+def engine_offset_ns() -> int:
+    """``time.time_ns() - time.monotonic_ns()``, read (tightest of three brackets) at most every
+    ``OFFSET_TTL_NS``: nine clock reads per request cost more than the rest of the phases. A step of
+    the wall clock shows in the phases within 0.1 s; slewing moves the offset by ≤ 500 ppm."""
+    global _offset
+    now = _mono_ns()
+    value, read_at = _offset
+    if now - read_at > OFFSET_TTL_NS:
+        value = wall_minus_mono()
+        _offset = (value, now)  # one tuple: a thread never sees one part new, the other old
+    return value
+
+
+_new_phases = tuple.__new__  # EnginePhases(...) runs a Python __new__; this is the same tuple
+
+
 def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> EnginePhases | None:
     """vLLM's ``RequestOutput.metrics`` (``RequestStateStats``): ``queued_ts``, ``scheduled_ts``,
     ``first_token_ts``, ``last_token_ts`` are the engine core's ``time.monotonic()`` seconds (0 when
-    unset), converted to wall ns with this host's offset (engine core and server share a host)."""
+    unset), converted to wall ns with this host's offset (engine core and server share a host);
+    ``arrival_time`` is the front end's ``time.time()`` seconds, where vLLM's e2e latency starts.
+    Written out per edge (no helper calls): it runs once per request on the server."""
     if metrics is None:
         return None
-    offset = wall_minus_mono() if wall_minus_mono_ns is None else wall_minus_mono_ns
+    offset = engine_offset_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
     q = getattr(metrics, "queued_ts", None)
     s = getattr(metrics, "scheduled_ts", None)
     f = getattr(metrics, "first_token_ts", None)
-    last = getattr(metrics, "last_token_ts", None)
-    out = EnginePhases(
-        round(q * 1e9) + offset if (type(q) is float or type(q) is int) and 0 < q < _MAX_S else None,
-        round(s * 1e9) + offset if (type(s) is float or type(s) is int) and 0 < s < _MAX_S else None,
-        round(f * 1e9) + offset if (type(f) is float or type(f) is int) and 0 < f < _MAX_S else None,
-        round(last * 1e9) + offset
-        if (type(last) is float or type(last) is int) and 0 < last < _MAX_S
-        else None,
-    )
-    return None if out == _NO_PHASES else out
+    t = getattr(metrics, "last_token_ts", None)
+    a = getattr(metrics, "arrival_time", None)
+    q = round(q * 1e9) + offset if (type(q) is float or type(q) is int) and 0 < q < _MAX_S else None
+    s = round(s * 1e9) + offset if (type(s) is float or type(s) is int) and 0 < s < _MAX_S else None
+    f = round(f * 1e9) + offset if (type(f) is float or type(f) is int) and 0 < f < _MAX_S else None
+    t = round(t * 1e9) + offset if (type(t) is float or type(t) is int) and 0 < t < _MAX_S else None
+    a = round(a * 1e9) if (type(a) is float or type(a) is int) and 1e9 < a < 1e10 else None
+    if a is not None and q is not None and a > q:
+        # the front end stamps arrival before the core queues: a later arrival is the wall/monotonic
+        # conversion's error (µs), not time spent; keep the edge, empty
+        a = q
+    if q is None and s is None and f is None and t is None and a is None:
+        return None
+    return _new_phases(EnginePhases, (q, s, f, t, a))
+
+
+def preemptions_from_vllm(metrics: Any) -> int:
+    """How often vLLM's scheduler preempted this request (``RequestStateStats.num_preemptions``)."""
+    n = getattr(metrics, "num_preemptions", 0)
+    return n if type(n) is int and n > 0 else 0
 
 
 def phases_from_sglang(meta_info: Any, start_ns: int) -> EnginePhases | None:

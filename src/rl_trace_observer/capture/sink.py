@@ -15,7 +15,9 @@ sync is answered:
   forgotten (its lines become dropped), one warning is sent, and the stream goes on in a new file
   whose first lines are the stream's header lines (lane names), so the new file reads on its own.
 
-Messages back (acks, warnings) go through ``emit``, once per kind of problem per stream.
+Messages back (acks, warnings, and — at most every ``COUNTS_S`` — streams' changed counts) go
+through ``emit``; warnings once per kind of problem per stream. A stream closed while its record
+could not be written says why in its ``closed`` answer, so the process can state the counts itself.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .line_file import FileOps, LineFile
 
 DROPPED = 100  # a frame kind of this module only: lines the reader could not queue
 CHECK_S = 1.0  # how often open files are checked for removal, failed opens retried
+COUNTS_S = 0.5  # at most this often the writer tells the process its streams' changed counts
 MAX_WRITE = 4 << 20  # consecutive batches of one stream are joined into writes of at most this
 MAX_HEADER_BYTES = 4 << 20  # per stream: header lines kept for replay beyond this are not kept
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -58,6 +61,8 @@ class _Stream:
         self.header_bytes = 0
         self.record_doc: bytes | None = None
         self.record_counts: tuple[int, int] | None = None
+        self.record_error: str | None = None  # why the last record write failed (None: it did not)
+        self.told: tuple[int, int] = (0, 0)  # the counts last sent to the process
 
     def counts(self) -> tuple[int, int]:
         written = self.file.lines
@@ -79,7 +84,9 @@ class Sink:
         self._streams: dict[int, _Stream] = {}
         self._warned: set[tuple[int, str]] = set()
         self._next_check = 0.0
+        self._next_counts = 0.0
         self.thread: threading.Thread | None = None
+        self.ending: Any = None  # the drain's ending.Ending: a signal it got is named in each record
 
     # ---------------------------------------------------------------- reader side
     def put(self, batch: list[frames.Frame]) -> None:
@@ -132,6 +139,8 @@ class Sink:
                 self.handle(batch)
                 if time.monotonic() >= self._next_check:
                     self.check_files()
+                if time.monotonic() >= self._next_counts:
+                    self.tell_counts()
             except Exception as exc:  # the writer must outlive any one failure
                 self.warn(-1, "writer", f"writer error: {exc!r}")
             if eof:
@@ -186,7 +195,10 @@ class Sink:
                 self._write_record(f.sid, s)
             s.file.close()
             del self._streams[f.sid]
-            self.emit({"closed": f.sid, "counts": s.counts()})
+            closed: dict[str, Any] = {"closed": f.sid, "counts": s.counts()}
+            if s.record_error is not None:  # the process says the counts itself (stderr, once)
+                closed["record_error"] = f"{s.record}: {s.record_error}"
+            self.emit(closed)
 
     # ------------------------------------------------------------------- streams
     def _lines(self, sid: int, data: bytes, nlines: int, emitted: int) -> None:
@@ -256,20 +268,42 @@ class Sink:
         try:
             doc = loads(s.record_doc)
             doc["events"] = {"written": counts[0], "dropped": counts[1]}
+            ended_by = self.ended_by()
+            if ended_by is not None:
+                doc["events"]["ended_by"] = ended_by
             data = dumps_pretty(doc)
             os.makedirs(os.path.dirname(s.record), exist_ok=True)
             write_atomic(Path(s.record), data)
         except Exception as exc:
-            self.warn(sid, "record", f"cannot write process record {s.record}: {_why(exc)}")
+            s.record_error = _why(exc)
+            self.warn(sid, "record", f"cannot write process record {s.record}: {s.record_error}")
             return
-        s.record_counts = counts
+        s.record_counts, s.record_error = counts, None
 
     def settle(self) -> None:
         """At the end: records whose counts changed since last written, then close every file."""
         for sid, s in self._streams.items():
-            if s.record_doc is not None and s.record_counts != s.counts():
+            if s.record_doc is not None and (s.record_counts != s.counts() or self.ended_by() is not None):
                 self._write_record(sid, s)
             s.file.close()
+
+    def tell_counts(self) -> None:
+        """Streams whose counts changed since last told, to the process (its ``written``/``dropped``
+        stay current without a flush, even when no record can be written)."""
+        self._next_counts = time.monotonic() + COUNTS_S
+        changed = {}
+        for sid, s in self._streams.items():
+            now = s.counts()
+            if now != s.told:
+                s.told = now
+                changed[str(sid)] = now
+        if changed:
+            self.emit({"counts": changed})
+
+    def ended_by(self) -> str | None:
+        """The catchable signal that asked the drain to end (it still writes what it holds)."""
+        signal: str | None = getattr(self.ending, "signal", None)
+        return signal
 
     def warn(self, sid: int, kind: str, message: str) -> None:
         if (sid, kind) in self._warned:

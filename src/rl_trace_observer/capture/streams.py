@@ -11,7 +11,7 @@ e.g. metric samples):
     stream.append(b'{"t": 1, "v": 2.5}\\n')    # one whole line; never blocks, never raises
     stream.append_header(b'{"ph": "M"}\\n')    # also repeated at the top of any later new file
     stream.flush(5.0)                          # tests, tools: wait until it is on disk (or False)
-    stream.written, stream.dropped             # as last confirmed by the writer
+    stream.written, stream.dropped             # as the writer last said (every ~0.5 s, no flush needed)
 
 ``open_stream(..., record=path, record_source=fn, record_interval_s=1.0)`` also keeps a JSON
 record beside it: ``fn()`` returns the record's JSON bytes, and the writer rewrites ``path``

@@ -1,5 +1,5 @@
 """The driver's last step for a Ray merge: each finished job's stored piece, handed to the merge's one
-stitcher (:class:`rl_trace_observer.merge.run.stitch.Stitcher`) in plan order, as a local merge hands
+stitcher (:class:`rl_trace_observer.merge.job.stitch.Stitcher`) in plan order, as a local merge hands
 over its workers' part files — so the bytes are the same.
 
 A piece is hard-linked out of the store before the stitcher consumes (and deletes) it, so the store
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..merge.files.spill import Spilled
+from ..merge.output.spill import Spilled
 from .node import JobDone
 from .store import Store
 

@@ -19,7 +19,8 @@ from typing import Any
 from .. import __version__
 from ..merge.files.sources import Source
 from ..merge.formats import format_for
-from ..merge.run.jobs import Job, Task
+from ..merge.formats.base import AlignsOnPartner
+from ..merge.job.spec import Job, Task
 from .node import NodeJob, local_source
 
 KEY_VERSION = 1
@@ -106,7 +107,8 @@ def for_node(key: str, job: Job, where: Mapping[str, Placement]) -> tuple[NodeJo
         if partner is not None:
             p = where.get(partner.url)
             if p is None or p.node_id != node:
-                label = format_for(t.kind).partner_label
+                fmt = format_for(t.kind)
+                label = fmt.partner_label if isinstance(fmt, AlignsOnPartner) else "partner file"
                 notes.append(f"{t.source.url}: its {label} {partner.url} is on another node: not aligned")
                 partner = None
             else:

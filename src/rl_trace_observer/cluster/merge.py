@@ -25,11 +25,11 @@ from ..integrations.ray.collect_copy import one_line
 from ..integrations.ray.collect_dest import safe_name
 from ..integrations.ray.collect_expect import AmbiguousRun, dead_node_reports
 from ..merge.files.sources import Source
+from ..merge.job.spec import Job
+from ..merge.job.stitch import RunState, Stitcher
 from ..merge.options import MergeOptions, MergeResult, UsageError
 from ..merge.pipeline.orchestrate import Inventory, Located, run_merge
 from ..merge.plan.build import Prepared
-from ..merge.run.jobs import Job
-from ..merge.run.stitch import RunState, Stitcher
 from ..merge.timeline.model import Problem, Rebase
 from . import node as node_side
 from .assemble import linked_piece
@@ -179,6 +179,7 @@ class RayNodes:
         until the merge is complete)."""
         shards = Path(self.opts.shards) if self.opts.shards else None
         store = Store(self.out, shards)
+        _skip_lines(jobs, self.opts)
         keyed = self.keyed = [(job, job_key(job, self.facts.where, shards is not None)) for job in jobs]
         results = self.results = _run_nodes(
             self.ray, keyed, self.facts, self.runs, store, self.copts, problems
@@ -209,6 +210,19 @@ class RayNodes:
             manifest["shards"]["complete"] = not self.missing
         if written and not self.missing:
             Store(self.out, Path(self.opts.shards) if self.opts.shards else None).clear()
+
+
+def _skip_lines(jobs: list[Job], opts: MergeOptions) -> None:
+    """``MergeOptions.skip_lines`` on a cluster: keyed by a source's path as the plan names it
+    (``/<node label>/<path in its output directory>``); the byte runs are the node's file's, which the
+    node's job leaves unread. Only a merge cut to a window skips (as the local one: ``build_jobs``),
+    and skipping never changes the bytes, so the job keys stay what they were."""
+    if not opts.skip_lines:
+        return
+    for job in jobs:
+        if job.windows:
+            for task in job.tasks:
+                task.skip_lines = opts.skip_lines.get(task.source.path, ())
 
 
 def _default_dir(copts: ClusterOptions) -> str | None:

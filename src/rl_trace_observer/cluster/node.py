@@ -13,14 +13,11 @@ Two entry points, each run as a task pinned to its node (:mod:`.merge`):
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import pickle
 import resource
 import shutil
 import tempfile
-import time
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -30,11 +27,13 @@ from typing import Any
 
 from ..capture.identity import hostname
 from ..integrations.ray.collect_node import MemoryWatch
+from ..merge.files.kinds import why_not_regular
 from ..merge.files.sources import Source, decompressed_size
-from ..merge.files.spill import Spilled
+from ..merge.job import run_job
+from ..merge.job.pool import BoundedPool, start_method
+from ..merge.job.spec import Job, JobResult
+from ..merge.output.spill import Spilled
 from ..merge.plan.build import Prepared, prepare
-from ..merge.run.jobs import INFLIGHT_BYTES, Job, JobResult
-from ..merge.run.worker import init_worker, run_job
 from ..merge.timeline.model import Rebase
 
 CHUNK_BYTES = 8 << 20
@@ -45,12 +44,14 @@ Message = tuple[Any, ...]
 def local_source(root: str, rel: str, label: str, size: int) -> Source:
     """A node file as the node opens it; ``url`` and ``rel`` as the driver plans it (``label/rel``:
     the layout ``rl-trace collect`` gives the same file, so both plan it the same way)."""
+    path = os.path.join(root, rel)
     return Source(
         url=display_url(label, root, rel),
-        path=os.path.join(root, rel),
+        path=path,
         protocol="file",
         rel=f"{label}/{rel}",
         size=size,
+        unreadable=why_not_regular(path),  # a FIFO, a symlink loop, ...: named, never opened
     )
 
 
@@ -164,33 +165,17 @@ def _results(
                 yield item, got
         return
     # not fork: a Ray worker has gRPC threads, and a forked copy of them can deadlock
-    methods = multiprocessing.get_all_start_methods()
-    mp = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    queue = deque(sorted(items, key=lambda i: -i.job.weight))
-    with mp.Pool(workers, initializer=init_worker) as pool:
-        pending: list[tuple[NodeJob, Any]] = []
-        inflight = 0
-        last = time.monotonic()
-        while queue or pending:
-            while (
-                queue
-                and len(pending) < workers + 1
-                and (not pending or inflight + queue[0].job.weight <= INFLIGHT_BYTES)
-            ):
-                item = queue.popleft()
-                pending.append((item, pool.apply_async(_run_one, (item.job,))))
-                inflight += item.job.weight
-            ready = next((p for p in pending if p[1].ready()), None)
-            if ready is None:
-                pending[0][1].wait(0.05)
-                if time.monotonic() - last >= HEARTBEAT_S:  # a long job: the driver must not call us stalled
-                    last = time.monotonic()
-                    yield None
-                continue
-            last = time.monotonic()
-            pending.remove(ready)
-            inflight -= ready[0].job.weight
-            yield ready[0], ready[1].get()
+    start = start_method("forkserver", "spawn")
+    pool = BoundedPool(_run_item, _weight, workers, start, ordered=False, heartbeat_s=HEARTBEAT_S)
+    yield from pool.run(sorted(items, key=lambda i: -i.job.weight))
+
+
+def _run_item(item: NodeJob) -> tuple[JobResult | tuple[str, Any], int]:
+    return _run_one(item.job)
+
+
+def _weight(item: NodeJob) -> int:
+    return item.job.weight
 
 
 def _stream(path: Path, rel: str, chunk: int, mem: MemoryWatch) -> Iterator[Message]:

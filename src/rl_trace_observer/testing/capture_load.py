@@ -1,6 +1,7 @@
 """A training loop for fault tests: ``python -m rl_trace_observer.testing.capture_load --rate 5000``.
 
-Emits RL-Insight spans through the real ``rl_insight`` API and our backend at a steady rate, on
+Emits RL-Insight spans through the real ``rl_insight`` API and our backend at a steady rate (where
+RL-Insight is not installed: the same recorder calls our backend makes, :class:`RecorderCalls`), on
 one lane, each with a sequence number (``args.seq``), and times every call. It takes commands on
 stdin (one per line) and answers on stdout (one JSON object per line), so a test or benchmark can
 freeze, fill or remove the output disk between commands without this process touching that disk:
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -133,15 +136,49 @@ class PumpMeter:
         }
 
 
+class RecorderCalls:
+    """Without RL-Insight (a light install: ``.[test,viztracer]``), the very recorder calls our
+    backend makes for the two RL-Insight calls the loop uses, on the same lanes with the same
+    attributes: what the fault runs test is the writer below them, which is the same either way."""
+
+    def __init__(self) -> None:
+        from rl_trace_observer.capture import get_recorder
+
+        self._recorder = get_recorder
+
+    @contextlib.contextmanager
+    def trace_state(self, state_name: str, *, state_lane_id: str, **labels: Any) -> Iterator[None]:
+        t0 = time.time_ns()
+        try:
+            yield
+        finally:
+            rec = self._recorder()
+            if rec is not None:
+                attrs = {**labels, "state_lane_id": state_lane_id, "monitor.trace_segment": "state_interval"}
+                rec.rl_insight_span(state_name, t0, time.time_ns(), attrs)
+
+    def metric_gauge(self, name: str, value: float, step: str | None = None) -> None:
+        rec = self._recorder()
+        if rec is not None:
+            rec.counter(name, float(value), kind="gauge", labels={} if step is None else {"step": step})
+
+
+def rl_insight_api() -> Any:
+    """The real ``rl_insight`` with our backend installed, else :class:`RecorderCalls`."""
+    try:
+        import rl_insight
+    except ImportError:
+        return RecorderCalls()
+    from rl_trace_observer.integrations.rl_insight import install
+
+    assert install(), "our RL-Insight backend did not install"
+    rl_insight.init()
+    return rl_insight
+
+
 class Loop:
     def __init__(self, rate: float) -> None:
-        import rl_insight
-
-        from rl_trace_observer.integrations.rl_insight import install
-
-        assert install(), "our RL-Insight backend did not install"
-        rl_insight.init()
-        self.rl_insight = rl_insight
+        self.rl_insight = rl_insight_api()
         self.period = 1.0 / rate
         self.commands: queue.Queue[str] = queue.Queue()
         self.windows: dict[str, list[int]] = {"start": []}

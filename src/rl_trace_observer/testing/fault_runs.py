@@ -62,8 +62,16 @@ def threads(pid: int) -> int | None:
         return None
 
 
+class ChildDied(RuntimeError):
+    """The traced loop exited while an answer was awaited; the message holds its stderr."""
+
+
 class Traced:
-    """The training loop in a child process, driven over its stdin/stdout (never the disk)."""
+    """The training loop in a child process, driven over its stdin/stdout (never the disk).
+
+    Every wait for an answer also watches the child: one that dies (at start, say, for a missing
+    module) raises :class:`ChildDied` with its exit status and stderr at once, not after the wait's
+    timeout."""
 
     def __init__(self, out: Path, rate: float, src: str | None = None, **env: str) -> None:
         full = {k: v for k, v in os.environ.items() if k in PASS_ENV}
@@ -91,21 +99,58 @@ class Traced:
         self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self.drain: int | None = None  # the loop's drain process, once an answer named it
         self.errors: list[str] = []  # exceptions the loop's observer calls raised (none expected)
+        self._reader_done = threading.Event()  # the child's stdout ended (it exited or closed it)
         threading.Thread(target=self._read, daemon=True).start()
-        ready = self._answers.get(timeout=120)
-        assert "ready" in ready, ready
         self.last: dict[str, Any] = {}
+        try:
+            ready = self._answer(120)
+        except BaseException:
+            self.close(drain_wait_s=0)
+            raise
+        assert "ready" in ready, ready
+
+    def _answer(self, timeout_s: float) -> dict[str, Any]:
+        """The next answer; ``queue.Empty`` after ``timeout_s``, :class:`ChildDied` as soon as the
+        child is gone with nothing left to read (answers it wrote before dying are still returned)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._answers.get(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                pass
+            if self.proc.poll() is not None:  # gone: what it wrote before is read within a second
+                self._reader_done.wait(1.0)
+                if self._answers.empty():
+                    raise ChildDied(
+                        f"the traced loop exited with status {self.proc.returncode}; its stderr:\n"
+                        + self.stderr_text(tail=8192)
+                    )
+                continue
+            if time.monotonic() >= deadline:
+                raise queue.Empty
+
+    def stderr_text(self, tail: int | None = None) -> str:
+        """What the child wrote to stderr so far (its last ``tail`` characters when given)."""
+        try:
+            self.stderr.seek(0)
+            text = self.stderr.read().decode(errors="replace")
+            return text[-tail:] if tail else text
+        except ValueError:  # closed
+            return "(stderr closed)"
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with contextlib.suppress(ValueError):
-                answer = json.loads(line)
-                if "error" in answer:
-                    self.errors.append(answer["error"])
-                else:
-                    self.drain = answer.get("drain") or self.drain
-                    self._answers.put(answer)
+        try:
+            for line in self.proc.stdout:
+                with contextlib.suppress(ValueError):
+                    answer = json.loads(line)
+                    if "error" in answer:
+                        self.errors.append(answer["error"])
+                    else:
+                        self.drain = answer.get("drain") or self.drain
+                        self._answers.put(answer)
+        finally:
+            self._reader_done.set()
 
     def send(self, command: str) -> None:
         assert self.proc.stdin is not None
@@ -115,15 +160,15 @@ class Traced:
 
     def ask(self, command: str, timeout_s: float = 60) -> dict[str, Any]:
         self.send(command)
-        self.last = self._answers.get(timeout=timeout_s)
+        self.last = self._answer(timeout_s)
         return self.last
 
     def exit(self, timeout_s: float) -> float | None:
         """Ask the loop to stop; seconds until the process was gone, None if still alive then."""
         t0 = time.monotonic()
         self.send("exit")
-        with contextlib.suppress(queue.Empty):
-            self.last = self._answers.get(timeout=timeout_s)
+        with contextlib.suppress(queue.Empty, ChildDied):  # its exit is what was asked for
+            self.last = self._answer(timeout_s)
         try:
             self.proc.wait(max(0.0, timeout_s - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
@@ -136,10 +181,7 @@ class Traced:
         self.proc.wait()
 
     def warnings(self) -> list[str]:
-        self.stderr.seek(0)
-        return [
-            ln for ln in self.stderr.read().decode(errors="replace").splitlines() if "rl-trace-observer" in ln
-        ]
+        return [ln for ln in self.stderr_text().splitlines() if "rl-trace-observer" in ln]
 
     def close(self, drain_wait_s: float = 30.0) -> None:
         """End the loop, and its drain if it has not finished by then: a scenario that failed must

@@ -6,6 +6,7 @@
   somehow, even to the sampler itself) is not a process the sampler was started for. Without this
   check a sampler started by a test was found 1.5 h after it, the only process holding that lock,
   still writing into the test's removed directory.
+- A catchable ending signal (SIGTERM, SIGINT, SIGHUP: :mod:`..ending`): the reason is its name.
 - The output directory or the node folder was removed or replaced (another inode at that path):
   the run it samples for is gone, or its election can no longer be trusted. A watcher thread stats
   them, so a hung output mount delays only that thread, never a sample. For an output directory it
@@ -21,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..ending import Ending
 from . import node
 
 MEMBERS_EVERY_S = 1.0  # how often the member list is looked at while the lock is held
@@ -66,14 +68,17 @@ class DirWatch:
 class Lifetime:
     """Asked after every tick: a reason to leave, or None."""
 
-    def __init__(self, folder: Path, output_dir: Path, members_fd: int) -> None:
+    def __init__(self, folder: Path, output_dir: Path, members_fd: int, ending: Ending | None = None) -> None:
         self.folder, self.output_dir = folder, output_dir
         self.members_fd = members_fd
+        self.ending = ending  # a catchable signal this process got (SIGTERM, ...): its name is the reason
         self.watch = DirWatch([output_dir, folder])
         self._next_members = time.monotonic() + MEMBERS_EVERY_S
         self._absent = 0  # consecutive looks that found no live member
 
     def reason(self) -> str | None:
+        if self.ending is not None and self.ending.signal is not None:
+            return self.ending.signal
         if node.try_lock(self.members_fd, fcntl.LOCK_EX):
             return NORMAL_END
         if self.watch.gone is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +95,7 @@ class Sampler:
         self.gpus = Gpus(nvml)
         self.host_metrics = Host(psutil)
         self.targets_reason = _parser_missing()
+        self.wake = threading.Event()  # set to cut a sleep short (an ending signal: process.py)
         self._start(output_dir)
 
     def _start(self, output_dir: Path) -> None:
@@ -348,12 +350,12 @@ def _sleep_until(sampler: Sampler, deadline: float, interval: float) -> float:
     step that starts mid-interval is sampled from its first slice on. Returns the next tick's time."""
     fast = sampler.config.metrics_profiled_interval_s
     if fast >= interval:
-        time.sleep(max(0.0, deadline - time.monotonic()))
+        if sampler.wake.wait(max(0.0, deadline - time.monotonic())):
+            return time.monotonic()
         return deadline
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return deadline
-        time.sleep(min(left, fast))
-        if profiling(sampler):
+        if sampler.wake.wait(min(left, fast)) or profiling(sampler):
             return time.monotonic()

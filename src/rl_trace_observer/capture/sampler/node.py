@@ -48,6 +48,7 @@ from typing import Any
 
 from ...common.atomic import write_atomic
 from ...common.encoding import dumps_line
+from ..ending import start_detached
 
 log = logging.getLogger("rl_trace_observer")
 
@@ -321,8 +322,10 @@ def leave() -> None:
         agent.stop()
 
 
-def start_sampler(folder: Path, output_dir: Path, run_id: str | None = None) -> subprocess.Popen[bytes]:
-    """Start a sampler process for this node, detached (its own session), output to a node-local log."""
+def start_sampler(folder: Path, output_dir: Path, run_id: str | None = None) -> None:
+    """Start a sampler process for this node, output to a node-local log. Detached (its own
+    session, nobody's direct child: :mod:`..ending`): Ray SIGKILLs a worker's direct children when
+    the worker exits, and the sampler must outlive the member that happened to start it."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["RL_TRACE_OUTPUT_DIR"] = str(output_dir)
@@ -330,16 +333,17 @@ def start_sampler(folder: Path, output_dir: Path, run_id: str | None = None) -> 
     if run_id and not env.get("RL_TRACE_RUN_ID"):
         env["RL_TRACE_RUN_ID"] = run_id
     with open(folder / "sampler.log", "ab") as logf:
-        return subprocess.Popen(
+        launcher = start_detached(
             [sys.executable, "-m", SAMPLER_MODULE, str(output_dir)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=logf,
-            start_new_session=True,
             close_fds=True,
             cwd="/",
         )
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        launcher.wait(5.0)  # the sh exits within milliseconds (on the agent thread, never a training one)
 
 
 def _after_fork_in_child() -> None:

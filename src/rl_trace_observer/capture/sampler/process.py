@@ -3,7 +3,9 @@
 It is a capture process like any other — it has a process record (role ``sampler``) that names
 its samples file as an artifact, and its lines go through the capture writer (its own drain) —
 but it never joins the election it won. When it leaves (:mod:`.lifetime`) it says why in its log
-and in the samples file's ``stop`` line.
+and in the samples file's ``stop`` line — also when it is ended by SIGTERM, SIGINT or SIGHUP (the
+reason is the signal's name; :mod:`..ending`). A file without a ``stop`` line was ended by SIGKILL
+(or a crash).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import fcntl
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 from ... import config as config_mod
 from .. import identity
+from ..ending import Ending
 from . import node
 from .lifetime import NORMAL_END, Lifetime
 from .loop import Sampler, run
@@ -27,6 +31,7 @@ log = logging.getLogger("rl_trace_observer")
 
 def main(argv: list[str]) -> int:
     node.mark_sampler_process()
+    ending = Ending().install()  # SIGTERM & co.: a stop line naming it, then the normal way out
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     if len(argv) != 1:
         print("usage: python -m rl_trace_observer.capture.sampler OUTPUT_DIR", file=sys.stderr)
@@ -45,7 +50,10 @@ def main(argv: list[str]) -> int:
     sink = open_sink(path, cfg)
     _describe(cfg, path)
     sampler = Sampler(cfg, output_dir, sink, host=host)
-    lifetime = Lifetime(folder, output_dir, members)
+    threading.Thread(
+        target=_wake_on, args=(ending, sampler), name="rl-trace-sampler-end", daemon=True
+    ).start()
+    lifetime = Lifetime(folder, output_dir, members, ending)
     try:
         reason = run(sampler, lifetime)
         if reason != NORMAL_END:
@@ -58,6 +66,12 @@ def main(argv: list[str]) -> int:
         sink.close(5.0)
         fcntl.flock(election, fcntl.LOCK_UN)  # still holding members.lock when nobody holds it: see node
     return 0
+
+
+def _wake_on(ending: Ending, sampler: Sampler) -> None:
+    """Cut the sampler's sleep short once an ending signal came (it then writes its stop line)."""
+    ending.event.wait()
+    sampler.wake.set()
 
 
 def _describe(cfg: config_mod.Config, path: Path) -> None:

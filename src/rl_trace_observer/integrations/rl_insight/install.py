@@ -11,6 +11,8 @@ import logging
 import threading
 from typing import Any
 
+from ...config import load as load_config
+from ...config import warn_problems
 from . import targets
 from .backend import BACKEND_NAME, DEFAULT_BACKEND, make_factory
 
@@ -71,6 +73,10 @@ def install() -> bool:
     with _lock:
         if _state["installed"]:
             return True
+        try:  # a setting that turns capture off (a relative RL_TRACE_OUTPUT_DIR) is said here, once
+            warn_problems(load_config())
+        except Exception:  # pragma: no cover - defensive
+            pass
         try:
             problem = check_compatibility()
             if problem is not None:
@@ -111,8 +117,3 @@ def uninstall() -> None:
         if _state["original_ray"] is not None:
             base.MONITOR_CLIENT_REGISTRY[DEFAULT_BACKEND] = _state["original_ray"]
         _state["installed"] = False
-
-
-def last_error() -> str | None:
-    error: str | None = _state["error"]
-    return error

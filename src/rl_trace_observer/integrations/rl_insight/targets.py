@@ -12,9 +12,11 @@ our own function in its place on the module that callers reach (``rl_insight`` â
 name up there on every call â€” and ``rl_insight.utils``/``.prometheus_utils``, for code that
 imported it by name before). Ours records every target in the registering process's record
 (``metrics_targets``: job, ``host:port``, labels, who registered it) and hands it to the node's
-metric sampler. With ``RL_TRACE_FORWARD_TO_RL_INSIGHT=1`` and a real server URL it then calls
-RL-Insight's own function, so Grafana gets the targets as before. With capture off ours calls the
-original and does nothing else.
+metric sampler. Then, unless ``RL_INSIGHT_SERVER_URL`` is a ``local://`` URL (the zero-patch mode,
+where no server exists), it calls RL-Insight's own function, which POSTs as it always did: a real
+server keeps getting its targets whatever ``RL_TRACE_FORWARD_TO_RL_INSIGHT`` says (RL-Insight's own
+test suite runs unchanged with capture on). With capture off ours calls the original and does
+nothing else.
 """
 
 from __future__ import annotations
@@ -100,9 +102,11 @@ def record_targets(entries: list[dict[str, Any]]) -> None:
         warn_once("targets-publish", "cannot hand Prometheus targets to the metric sampler (%s)", exc)
 
 
-def _forwardable() -> bool:
-    url = os.environ.get("RL_INSIGHT_SERVER_URL", "").strip().rstrip("/")
-    return bool(url) and not url.startswith("local://") and url != LOCAL_URL
+def _local_mode() -> bool:
+    """``RL_INSIGHT_SERVER_URL`` names no server (``local://...``): the one case RL-Insight's POST is
+    skipped (it could only fail). Any other value, empty included, goes to RL-Insight's function."""
+    url = os.environ.get("RL_INSIGHT_SERVER_URL", "").strip()
+    return url.startswith("local://") or url.rstrip("/") == LOCAL_URL
 
 
 def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,21 +115,29 @@ def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         server_addresses: list[str],
         job_name: str | None = None,
         labels: list[Mapping[str, Any] | None] | None = None,
+        *more: Any,
+        **named: Any,
     ) -> None:
+        # ``more``/``named``: what a later RL-Insight adds (its main branch has ``project=`` and
+        # ``experiment_name=``) goes to its own function unchanged, never a TypeError of ours
         cfg = load_config()
-        if not cfg.capture_enabled:
-            return original(server_addresses, job_name, labels)
-        if not server_addresses:
-            return None
+        if not cfg.capture_enabled or not server_addresses:
+            return original(
+                server_addresses, job_name, labels, *more, **named
+            )  # its own warning for no address
         if labels is not None and len(labels) != len(server_addresses):
-            return original(server_addresses, job_name, labels)  # its own ValueError, as before
+            return original(
+                server_addresses, job_name, labels, *more, **named
+            )  # its own ValueError, as before
         try:
             record_targets(target_entries(server_addresses, job_name, labels))
         except Exception as exc:
             warn_once("targets", "cannot record Prometheus targets (%s)", exc)
+        if not _local_mode():
+            return original(
+                server_addresses, job_name, labels, *more, **named
+            )  # a real server: POSTed as before
         if cfg.forward_to_rl_insight:
-            if _forwardable():
-                return original(server_addresses, job_name, labels)
             warn_once(
                 "targets-forward",
                 "RL_TRACE_FORWARD_TO_RL_INSIGHT=1 but RL_INSIGHT_SERVER_URL is not an RL-Insight "

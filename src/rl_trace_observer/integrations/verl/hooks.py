@@ -38,10 +38,6 @@ def install_viztracer_window(cfg: Any) -> bool:
     return viztracer_window.install(cfg)
 
 
-def uninstall_viztracer_window() -> None:
-    viztracer_window.uninstall()
-
-
 def _check_tracking(module: Any) -> None:
     contract.check(contract.RL_INSIGHT_SPANS, module)
 
@@ -62,12 +58,3 @@ def _install_rollout_hooks() -> bool:
     """Requests (client and server), weight-sync phases and staleness: one switch, four surfaces."""
     done = [m.install() for m in (requests, rollout_servers, weight_sync, staleness)]
     return all(done)
-
-
-def uninstall_all() -> None:
-    """Undo every VERL hook (tests)."""
-    viztracer_window.uninstall()
-    steps.uninstall()
-    torch_traces.uninstall()
-    for module in (requests, rollout_servers, weight_sync, staleness):
-        module.uninstall()

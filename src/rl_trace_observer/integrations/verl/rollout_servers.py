@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -54,6 +55,7 @@ CONTROL_PHASES = {
     "release_kv_cache": "release_kv_cache",
     "resume_kv_cache": "resume_kv_cache",
 }
+ROLE = "rollout"
 _MARK = "__rl_trace_rollout_server__"
 _TAPPED = "_rl_trace_tapped"
 _WRAPPED = "_rl_trace_wrapped"  # on our wrappers: a subclass of a traced server is not wrapped twice
@@ -66,14 +68,14 @@ C = TypeVar("C", bound=type)
 
 
 class _Call:
-    """What the engine tap learned about the request whose ``generate`` is running."""
+    """What the engine tap learned about the request whose ``generate`` is running.
 
-    __slots__ = ("first", "kind", "phases")
+    Class-level defaults and no ``__init__``: made once per request, and a Python ``__init__``
+    costs more than the rest of its creation (an instance sets only what it learns)."""
 
-    def __init__(self) -> None:
-        self.first: Any = None
-        self.kind = ""
-        self.phases: rq.EnginePhases | None = None  # told by the server itself (note_engine_phases)
+    first: Any = None
+    kind = ""
+    phases: rq.EnginePhases | None = None  # told by the server itself (note_engine_phases)
 
 
 _current: ContextVar[_Call | None] = ContextVar("rl_trace_server_call", default=None)
@@ -85,8 +87,10 @@ class _Tap:
 
     The first is enough: vLLM hands every ``RequestOutput`` of a request the same
     ``RequestStateStats`` object (``metrics=self.stats`` in its output processor), updated in place
-    up to the last token, and SGLang's server reads one item. Later items pass through with no
-    extra await hop (the inner awaitable itself is returned), so a long stream costs nothing more.
+    up to the last token, and SGLang's server reads one item. After the first item the proxy turns
+    into a :class:`_Passing` (same slots, ``__class__`` swapped): its ``__anext__`` is a property
+    made of C callables that hands out the engine stream's own awaitable, so a long stream runs no
+    Python frame of ours per token.
     """
 
     __slots__ = ("_call", "_it")
@@ -99,17 +103,29 @@ class _Tap:
         return self
 
     def __anext__(self) -> Any:
-        if self._call.first is None:
-            return self._first()
-        return self._it.__anext__()
+        return self._first()
 
     async def _first(self) -> Any:
-        item = await self._it.__anext__()
+        try:
+            item = await self._it.__anext__()
+        finally:
+            self.__class__ = _Passing  # whatever came: later items go straight through
         self._call.first = item
         return item
 
     def __getattr__(self, name: str) -> Any:  # aclose, athrow, ... of the real generator
         return getattr(self._it, name)
+
+
+class _Passing(_Tap):
+    """A :class:`_Tap` past its first item: ``async for`` gets the stream's ``__anext__()`` as is.
+
+    Special methods are looked up on the type; a property there is called through C
+    (``attrgetter``), then its result (the stream's bound ``__anext__``) is called with no args.
+    """
+
+    __slots__ = ()
+    __anext__ = property(operator.attrgetter("_it.__anext__"))  # type: ignore[assignment]
 
 
 def _tap(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
@@ -149,14 +165,20 @@ def note_engine_phases(phases: rq.EnginePhases | None) -> None:
         call.phases = phases
 
 
-def _phases(call: _Call, start_ns: int) -> rq.EnginePhases | None:
-    if call.phases is not None:
-        return call.phases
+def _engine_end(call: _Call, start_ns: int, end: dict[str, Any]) -> rq.EnginePhases | None:
+    """What the engine tap learned: the phases for ``end_server``, and ``preemptions`` into
+    ``end`` (vLLM's metrics are read once for both)."""
     first = call.first
     if first is None:
-        return None
+        return call.phases
     if call.kind == "vllm":
-        return rq.phases_from_vllm(getattr(first, "metrics", None))
+        metrics = getattr(first, "metrics", None)
+        preempted = rq.preemptions_from_vllm(metrics)
+        if preempted:  # the scheduler took its KV cache back at least once
+            end["preemptions"] = preempted
+        return call.phases if call.phases is not None else rq.phases_from_vllm(metrics)
+    if call.phases is not None:
+        return call.phases
     if call.kind == "sglang" and isinstance(first, dict):
         return rq.phases_from_sglang(first.get("meta_info"), start_ns)
     return None
@@ -170,25 +192,35 @@ def _tokens(value: Any) -> int | None:
 
 
 # ----------------------------------------------------------------------------------- wrappers
+def _name_role(req: rq.Request, replica: Any) -> None:
+    """A server process unprofiled has no role of its own (only its profiler's trace names it): its
+    first request does, so the merge labels it ``rollout`` whatever else it records."""
+    rec = req.pool.rec
+    if rec.record().get("role") is None:
+        rec.update_identity(role=ROLE, **({"replica": replica} if replica is not None else {}))
+
+
 def _wrap_generate(
     original: Callable[..., Any], rid_index: int, prompt_index: int | None
 ) -> Callable[..., Any]:
     @functools.wraps(original)
     async def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        req = token = call = None
+        req = token = call = version = None
         try:
             rid = kwargs["request_id"] if "request_id" in kwargs else args[rid_index]
             prompt = kwargs.get("prompt_ids")
             if prompt is None and prompt_index is not None and prompt_index < len(args):
                 prompt = args[prompt_index]
+            version = getattr(self, "global_steps", None)
             req = rq.begin_server(
                 rid,
-                {"prompt_tokens": _tokens(prompt), "version": getattr(self, "global_steps", None)},
+                {"prompt_tokens": _tokens(prompt), "version": version},
                 replica=getattr(self, "replica_rank", None),
             )
             if req is not None:
                 if not getattr(self, _TAPPED, False):
                     _tap_engine(self)
+                    _name_role(req, getattr(self, "replica_rank", None))
                 call = _Call()
                 token = _current.set(call)
         except Exception as exc:
@@ -208,13 +240,14 @@ def _wrap_generate(
                 try:
                     if status is None:
                         status = getattr(output, "stop_reason", None)
-                    version = getattr(self, "global_steps", None)
+                    now = getattr(self, "global_steps", None)
                     end = {
                         "response_tokens": _tokens(getattr(output, "token_ids", None)),
                         "status": status,
-                        "version_end": version if version != req.args.get("version") else None,
+                        "version_end": now if now != version else None,
                     }
-                    rq.end_server(req, end, phases=_phases(call, req.start_ns) if call is not None else None)
+                    phases = _engine_end(call, req.start_ns, end) if call is not None else None
+                    rq.end_server(req, end, phases=phases)
                 except Exception as exc:
                     log.debug("[rl-trace-observer] server request end: %s", exc)
 

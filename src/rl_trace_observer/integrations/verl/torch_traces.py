@@ -181,6 +181,9 @@ def _register_rollout_traces(paths: list[str], replica_rank: int, relocated: boo
             replica=parsed.get("replica", replica_rank),
             relocated=relocated,
             source="verl.rollout",
+            # the engine writes it from its own worker processes: they are this replica's engine, so the
+            # merge draws them as this server's process, beside its request spans
+            engine_of_owner=True,
         )
 
 
