@@ -11,6 +11,7 @@ The library's entry points are here too, loaded when first asked for (:mod:`.api
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -22,9 +23,9 @@ def __getattr__(name: str) -> Any:
     """The public API, imported on first use (PEP 562), so that a training process that imports only
     the capture layer never loads the merger."""
     if name == "merge":  # the sub-package itself, which is callable (it becomes this attribute)
-        from . import merge
-
-        return merge
+        # import_module, not ``from . import merge``: that asks this module for ``merge`` first, which
+        # lands here again before the import has set the attribute (a RecursionError on first use)
+        return importlib.import_module(f"{__name__}.merge")
     if name in _API:
         from . import api
 

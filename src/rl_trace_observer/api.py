@@ -19,25 +19,22 @@ from .merge.options import MergeOptions, MergeResult, UsageError
 
 if TYPE_CHECKING:
     from .cluster.merge import ClusterOptions
+    from .merge.pipeline.local import merge, merge_steps
 
 __all__ = ["MergeOptions", "MergeResult", "UsageError", "merge", "merge_steps", "ray_merge", "report"]
 
 
-def merge(inputs: list[str], output: str, options: MergeOptions | None = None) -> MergeResult:
-    """Every artifact under ``inputs`` (files, directories, fsspec URLs) → ``output`` (``.pftrace``,
-    ``.pftrace.gz``, ``.json``, ``.json.gz``) and ``<output>.manifest.json``. One span shard directory
-    as the input writes a view of it instead (``--step``/``--role`` in ``options``; ``.tar``: an
-    archive with one file per host)."""
-    from .merge.pipeline.local import merge as merge_here
+def __getattr__(name: str) -> Any:
+    """``merge`` and ``merge_steps`` are the pipeline's own functions (one definition each, in
+    :mod:`.merge.pipeline.local`), imported on first use so that importing this module stays light:
+    ``merge(inputs, output, options)`` writes ``output`` (``.pftrace[.gz]``, ``.json[.gz]``) and
+    ``<output>.manifest.json``; one span shard directory as the input writes a view of it instead;
+    ``merge_steps`` is ``--split-steps`` (one output per step)."""
+    if name in ("merge", "merge_steps"):
+        from .merge.pipeline import local
 
-    return merge_here(inputs, output, options)
-
-
-def merge_steps(inputs: list[str], output: str, options: MergeOptions | None = None) -> list[MergeResult]:
-    """``--split-steps``: one output per step (``run.step3.pftrace.gz``, ...)."""
-    from .merge.pipeline.local import merge_steps as split
-
-    return split(inputs, output, options)
+        return getattr(local, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ray_merge(

@@ -4,7 +4,9 @@ The Perfetto UI (https://ui.perfetto.dev) runs in the user's browser and fetches
 ``?url=http://127.0.0.1:PORT/<name>`` from there, so the server must (a) bind loopback only — the
 trace never leaves the machine, (b) answer CORS for the UI's origin, including Chrome's
 Private-Network-Access preflight (a public page reading a loopback URL), and (c) serve nothing but
-that one file, byte for byte. Stdlib only; a ``ThreadingHTTPServer`` so a stalled client cannot
+that one file, byte for byte, and (d) answer only requests whose ``Host`` is a loopback name
+(:mod:`rl_trace_observer.common.loopback`): a web page re-pointing its own name at 127.0.0.1 (DNS
+rebinding) gets 403, not the trace. Stdlib only; a ``ThreadingHTTPServer`` so a stalled client cannot
 block the next one.
 """
 
@@ -19,6 +21,8 @@ import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any
+
+from ..common.loopback import REFUSED_STATUS, is_loopback_host, refusal
 
 __all__ = ["PERFETTO_ORIGIN", "TraceFileServer", "deep_link", "vizviewer_command", "vizviewer_file"]
 
@@ -45,7 +49,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Headers", "*")
         self.send_header("Access-Control-Allow-Private-Network", "true")
 
+    def _foreign_host(self) -> bool:
+        """Refuse (and say so) a request whose ``Host`` is not loopback; True when refused."""
+        host = self.headers.get("Host")
+        if is_loopback_host(host):
+            return False
+        body = (refusal(host) + "\n").encode()
+        self.send_response(REFUSED_STATUS)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        return True
+
     def do_OPTIONS(self) -> None:
+        if self._foreign_host():
+            return
         self.send_response(204)
         self._cors()
         self.send_header("Content-Length", "0")
@@ -58,6 +78,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
+        if self._foreign_host():
+            return
         if urllib.parse.urlsplit(self.path).path != self.route:
             self.send_error(404, "only the trace is served here")
             return

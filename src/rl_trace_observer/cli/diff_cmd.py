@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from ..common.visible import visible
+
 
 def register(app: typer.Typer) -> None:
     @app.command("diff", short_help="Compare two runs per stage and role, against the noise.")
@@ -45,17 +47,19 @@ def register(app: typer.Typer) -> None:
         try:
             thresholds = [d.Threshold.parse(t) for t in fail_if or []]
         except d.DiffError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(visible(f"error: {exc}"), err=True)
             raise typer.Exit(2) from None
         try:
             result = d.compare(d.load_summary(a), d.load_summary(b), skip_first=skip_first)
             failures = d.check(result, thresholds)
         except d.ThresholdError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(visible(f"error: {exc}"), err=True)
             raise typer.Exit(2) from None
         except d.DiffError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(visible(f"error: {exc}"), err=True)
             raise typer.Exit(1) from None
+        for note in result.get("incomplete") or []:
+            typer.echo(f"warning: {note}", err=True)
         if not result["rows"]:
             typer.echo(f"error: no steps to compare in {a} and {b} (no stage spans?)", err=True)
             raise typer.Exit(1)
@@ -77,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"wrote {path}", err=True)
         if failures:
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            typer.echo(f"FAIL: {failures[0]}{more}", err=True)
+            typer.echo(f"FAIL: {visible(failures[0])}{more}", err=True)
             raise typer.Exit(1)
         if thresholds:
             typer.echo(f"ok: {len(thresholds)} threshold(s) passed", err=True)

@@ -42,6 +42,9 @@ def os_error_line(exc: OSError) -> str:
 
 def fail(line: str, code: int = 1) -> typer.Exit:
     """Print ``line`` to stderr; the caller raises the returned exit."""
+    from ..common.visible import visible
+
+    line = visible(line)  # a path or a name from a trace: never raw on the terminal
     typer.echo(line if line.startswith("error:") else f"error: {line}", err=True)
     return typer.Exit(code)
 

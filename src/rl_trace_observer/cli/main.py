@@ -52,6 +52,7 @@ COMMAND_MODULES = (
     "view_cmd",
     "sql_cmd",
     "diff_cmd",
+    "watch_cmd",
 )
 
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from .ray_options import Address, NodeDir, NodeWorkers, OutputDir, StallTimeout, cluster_options
+
 
 def _progress() -> tuple[Any, Any]:
     """A rich progress bar on a terminal; nothing otherwise (CI logs stay clean)."""
@@ -25,13 +27,14 @@ def _progress() -> tuple[Any, Any]:
 
 
 def _report(results: list[Any]) -> int:
-    from ..merge.manifest.document import problem_summary, why_nothing
+    from ..common.visible import visible
+    from ..merge.manifest.document import problem_summary, strict_failure, why_nothing
     from ..merge.manifest.ui import hint
 
     code = 0
     for res in results:
         for line in problem_summary(res.manifest["problems"]):
-            typer.echo(f"warning: {line}", err=True)
+            typer.echo(f"warning: {visible(line)}", err=True)  # a problem may quote a trace's name
         counts = res.manifest.get("counts", {})
         if res.usable:
             typer.echo(res.output)
@@ -50,31 +53,24 @@ def _report(results: list[Any]) -> int:
                 f"  open it at https://ui.perfetto.dev (Open trace file) or: rl-trace view {res.output}",
                 err=True,
             )
+        elif res.problems and res.manifest.get("counts", {}).get("events_kept", 0) and res.exit_code:
+            typer.echo(
+                f"error: --strict: problems were found (listed above); see {res.manifest_path}", err=True
+            )
         else:
             typer.echo(
                 f"error: nothing usable was merged into {res.output} ({why_nothing(res.manifest)}); "
                 f"see {res.manifest_path}",
                 err=True,
             )
+        if res.manifest["output"].get("kept_earlier"):
+            typer.echo(
+                f"  {res.output} and its manifest are left as they were (an earlier merge's)", err=True
+            )
         if res.problems and res.exit_code and res.usable:
-            typer.echo("error: --strict: problems were found (listed above)", err=True)
+            typer.echo(visible(f"error: {strict_failure(res.manifest['problems'])}"), err=True)
         code = max(code, res.exit_code)
     return code
-
-
-def _cluster(
-    address: str | None, output_dir: str | None, node_dir: list[str] | None, node_workers: int, stall_s: float
-) -> Any:
-    from ..cluster.merge import ClusterOptions
-    from .node_dirs import node_dirs
-
-    return ClusterOptions(
-        address=address,
-        output_dir=output_dir,
-        node_output_dirs=node_dirs(node_dir),
-        node_workers=node_workers,
-        stall_timeout_s=stall_s,
-    )
 
 
 def _ray(output: str, opts: Any, inputs: list[str] | None, split_steps: bool, cluster: Any) -> Any:
@@ -131,22 +127,11 @@ def register(app: typer.Typer) -> None:
         ray: bool = typer.Option(
             False, "--ray", help="Merge the running Ray cluster's node-local outputs, converted on the nodes."
         ),
-        address: str | None = typer.Option(None, "--address", help="--ray: cluster address (default: auto)."),
-        output_dir: str | None = typer.Option(
-            None,
-            "--output-dir",
-            help="--ray: directory to read on every node (default: RL_TRACE_OUTPUT_DIR).",
-        ),
-        node_dir: Annotated[
-            list[str] | None,
-            typer.Option("--node-dir", help="--ray: KEY=DIR for one node (node id, resource or IP)."),
-        ] = None,
-        node_workers: int = typer.Option(
-            1, "--node-workers", min=0, help="--ray: worker processes per node (each ~0.5 GB more)."
-        ),
-        stall_timeout: float = typer.Option(
-            600.0, "--stall-timeout", min=1.0, help="--ray: seconds of silence after which a node is stalled."
-        ),
+        address: Address = None,
+        output_dir: OutputDir = None,
+        node_dir: NodeDir = None,
+        node_workers: NodeWorkers = 1,
+        stall_timeout: StallTimeout = 600.0,
     ) -> None:
         """Merge RL-Insight logs, Torch/Kineto, VizTracer and TokenSpeed/Proton traces into one timeline."""
         from ..merge.options import MergeOptions, UsageError
@@ -176,7 +161,7 @@ def register(app: typer.Typer) -> None:
             if split_steps and manifest:
                 raise ValueError("--manifest cannot be combined with --split-steps (one manifest per output)")
             if ray:
-                cluster = _cluster(address, output_dir, node_dir, node_workers, stall_timeout)
+                cluster = cluster_options(address, output_dir, node_dir, node_workers, stall_timeout)
                 results = [_ray(output, opts, inputs, split_steps, cluster)]
             else:
                 if not inputs:

@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from ..common.visible import visible
+
 
 def register(app: typer.Typer) -> None:
     @app.command("report", short_help="Where each step's time went: terminal, HTML and JSON.")
@@ -53,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 make_parent(path)
             written = write_outputs(summary, html=html, json_path=json_path)
         except (InputError, TraceError) as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(visible(f"error: {exc}"), err=True)
             raise typer.Exit(1) from None
         except OSError as exc:
             typer.echo(f"error: cannot write the report ({exc})", err=True)
@@ -66,10 +68,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {path}", err=True)
         if summary["source"].get("read_error"):
             typer.echo(
-                f"warning: {summary['source']['read_error']}; reported on what the merge kept "
+                f"warning: {visible(summary['source']['read_error'])}; reported on what the merge kept "
                 f"(rl-trace merge {input} -o FILE.json.gz keeps it too)",
                 err=True,
             )
+        if summary["source"].get("missing_note"):
+            typer.echo(f"warning: {summary['source']['missing_note']}", err=True)
+        if summary["source"].get("manifest_note"):
+            typer.echo(f"warning: {summary['source']['manifest_note']}; reported without it", err=True)
         if not summary["steps"]:
             typer.echo("warning: no RL-Insight stage spans or known stage names in this trace", err=True)
         if critical_path:  # the file that shows what the report just found
@@ -86,7 +92,7 @@ def _draw_path(input: str, summary: dict[str, Any], output: Path) -> Path:
         with merged_json(input) as trace:
             write_with_path(trace, summary["critical_path"], output)
     except InputError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(visible(f"error: {exc}"), err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"error: cannot write {output} ({exc})", err=True)

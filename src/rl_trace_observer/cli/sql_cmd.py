@@ -14,7 +14,13 @@ report's own rows, built when the query names them: steps (step, start_ns, end_n
 kernels (one row per GPU kernel: step, host, rank, role, device, stream, name, kind, ts_ns, dur_ns,
 launch_ts_ns, stage, stage_name, rule, correlation, trace_pid, trace_tid) and gpu_time (the report's
 gpu.rows: busy, compute, comm, memory, overlap, idle and its split per scope, step, role, rank, device,
-stage); macro stage(name)."""
+stage); macro stage(name).
+
+Read-only by default: a query reads these tables only - no COPY ... TO, EXPORT, ATTACH, INSTALL/LOAD,
+SET, and no read_csv/read_parquet/glob of other files. --allow-file-access lifts this (DuckDB as
+is: trust the query as you would a script). Control characters in names are shown escaped (\\x1b,
+\\u202e) in the table and in --csv to a terminal; a result too wide for the terminal is printed as one
+record per row."""
 
 
 def register(app: typer.Typer) -> None:
@@ -36,12 +42,19 @@ def register(app: typer.Typer) -> None:
         output: str | None = typer.Option(
             None, "--output", "-o", help="Write CSV/JSON here instead (.csv or .json: the format too)."
         ),
+        allow_file_access: bool = typer.Option(
+            False,
+            "--allow-file-access",
+            help="Let the query read and write files and attach databases (DuckDB unrestricted); "
+            "without it a query sees only the run's tables.",
+        ),
     ) -> None:
         """Query the run's flat span table with SQL (DuckDB, offline)."""
         from ..analysis.query.sql import SqlError
         from ..analysis.query.sql_format import query as run_query
         from ..analysis.query.sql_format import to_csv, to_json, to_rich
         from ..analysis.report.load import TraceError
+        from ..common.visible import visible
         from .errors import check_output, make_parent, require_inputs
 
         if as_csv and as_json:
@@ -57,14 +70,16 @@ def register(app: typer.Typer) -> None:
         require_inputs(input)
         check_output(output, "-o/--output")
         try:
-            result = run_query(input, query)
+            result = run_query(input, query, file_access=allow_file_access)
         except (SqlError, TraceError) as exc:
-            typer.echo(f"error: {input}: {exc}" if str(input) not in str(exc) else f"error: {exc}", err=True)
+            line = f"error: {input}: {exc}" if str(input) not in str(exc) else f"error: {exc}"
+            typer.echo(visible(line), err=True)
             raise typer.Exit(1) from None
         for note in result.notes:
-            typer.echo(f"note: {note}", err=True)
+            typer.echo(visible(f"note: {note}"), err=True)
         if as_csv or as_json:
-            data = to_csv(result).encode() if as_csv else to_json(result)
+            tty = not output and sys.stdout.isatty()  # data stays exact in a file or a pipe
+            data = to_csv(result, escape=tty).encode() if as_csv else to_json(result)
             if output:
                 from ..common.atomic import write_atomic
 

@@ -9,7 +9,7 @@ Profiled steps start torch.profiler on the trainers and VizTracer on the replica
 clock offsets over Ray at their boundaries (``integrations.ray.clock_sync``) when that is available.
 
 The driver is also the demo's agent loop: every sample is one request with a client span
-(:mod:`...capture.requests`), sent to a replica, whose answers stream back as each finishes (one
+(:mod:`..capture.requests`), sent to a replica, whose answers stream back as each finishes (one
 consumer thread per replica ends the client spans as they arrive); the weight sync is one
 trainer-side ``update_weights`` phase, and training records each batch's staleness.
 """
@@ -277,8 +277,24 @@ def _step(
     return next_gen
 
 
-def run_loop(ray: Any, cfg: DemoConfig, progress: Progress) -> LoopResult:
-    """Create the actors, run ``cfg.steps`` steps, shut the actors down (Ray itself stays up)."""
+SETUP_SPAN = "set-up (not a step): Ray, actors, model"
+
+
+def _mark_setup(started_ns: int | None) -> None:
+    """The set-up as one slice on the driver's ``set-up`` track, so the ~95 % of the whole trace
+    before step 1 reads as what it is (a ``demo`` category: not a stage, not in any step)."""
+    from ..capture import get_recorder
+
+    rec = get_recorder()
+    if rec is not None and started_ns is not None:
+        rec.span(SETUP_SPAN, started_ns, time.time_ns(), lane="set-up", cat="demo")
+
+
+def run_loop(
+    ray: Any, cfg: DemoConfig, progress: Progress, *, setup_started_ns: int | None = None
+) -> LoopResult:
+    """Create the actors, run ``cfg.steps`` steps, shut the actors down (Ray itself stays up);
+    ``setup_started_ns``: when the set-up began (before Ray started), for its slice."""
     t0 = time.monotonic()
     progress(f"starting {cfg.trainers} trainer and {cfg.rollouts} rollout actors")
     loop = DemoLoop(ray, cfg)  # actors start in the background while the driver sets up capture
@@ -290,6 +306,7 @@ def run_loop(ray: Any, cfg: DemoConfig, progress: Progress) -> LoopResult:
         result.actor_pids = loop.start()
         if result.profiled_steps:
             _clock_prepare()
+        _mark_setup(setup_started_ns)
         pending: list[_Requests] | None = None
         for step in range(1, cfg.steps + 1):
             progress(f"step {step}/{cfg.steps}" + (" (profiled)" if step in cfg.profile_steps else ""))

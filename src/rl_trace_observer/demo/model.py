@@ -44,6 +44,10 @@ class DemoConfig:
     max_running: int = 12  # sequences a replica decodes at once; the others queue (request spans)
     mode: str = "sync"  # "sync", or "async": rollout of step n+1 overlaps training of step n
     seed: int = 1234
+    engine: str = (
+        "demo"  # "demo" (pure Python, light) or "vllm": a real vLLM per replica (demo/vllm_engine.py)
+    )
+    model_dir: str | None = None  # --engine vllm: the tiny Llama the replicas serve (built by the driver)
 
 
 @dataclass

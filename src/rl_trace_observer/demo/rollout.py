@@ -3,10 +3,10 @@
 Spans use VERL's vocabulary: ``vllm_generate`` and ``update_weights`` on the lane ``replica_<r>``.
 Generation serves one request per sample with continuous batching and hands each back (a Ray
 streaming generator) as it finishes; every request gets a server span through the same capture API
-VERL's rollout servers use (:mod:`...capture.requests`), with the engine's queue / prefill / decode
+VERL's rollout servers use (:mod:`..capture.requests`), with the engine's queue / prefill / decode
 times, and the weight sync its ``load_weights`` phase and the new ``weight_version``.
 Like a vLLM server with stats on, each replica serves ``/metrics`` with vLLM's metric names
-(:mod:`...testing.vllm_metrics`, prometheus_client's own HTTP server): running / waiting requests and
+(:mod:`..testing.vllm_metrics`, prometheus_client's own HTTP server): running / waiting requests and
 KV-cache use per engine iteration, prompt / generation token counters, the per-request latency
 histograms; the driver registers the endpoints the way VERL does (``rl_insight.update_prometheus_config``).
 In a profiled step VizTracer records the replica's Python call stacks (weight load and every
@@ -24,7 +24,7 @@ from typing import Any
 from ..capture import requests as rq
 from ..testing.vllm_metrics import VllmMetrics
 from . import observe
-from .model import PROMPT_LEN, DemoConfig, PolicyEngine, Sample, Weights, prompts_for
+from .model import PROMPT_LEN, DemoConfig, PolicyEngine, Sample, Weights, prompts_for, reward_of
 
 
 class RolloutWorker:
@@ -37,15 +37,25 @@ class RolloutWorker:
         self.engine = PolicyEngine()
         self._tracer: Any = None
         self._profiled_step: int | None = None
-        self.metrics = VllmMetrics(model_name="demo-policy", engine="0")
         observe.start("rollout", replica=replica, world_size=config.rollouts)
+        self.vllm: Any = None
+        self.metrics: Any = None
+        if config.engine == "vllm":  # a real vLLM: its own scheduler, times and /metrics
+            from .vllm_engine import VllmReplicaEngine
+
+            assert config.model_dir, "--engine vllm needs the model the driver built"
+            self.vllm = VllmReplicaEngine(config.model_dir, replica, config.max_running)
+        else:
+            self.metrics = VllmMetrics(model_name="demo-policy", engine="0")
 
     def ready(self) -> int:
         return os.getpid()
 
     def metrics_address(self) -> str:
         """Start serving ``/metrics`` and return its ``host:port`` (a vLLM server's address)."""
-        return self.metrics.serve("127.0.0.1", 0)
+        if self.vllm is not None:
+            return str(self.vllm.metrics_address())
+        return str(self.metrics.serve("127.0.0.1", 0))
 
     def _iteration(self, running: int, waiting: int, prompt_tokens: int, new_tokens: int, kv: int) -> None:
         capacity = self.config.max_running * (PROMPT_LEN + self.config.max_new_tokens)
@@ -110,6 +120,17 @@ class RolloutWorker:
                 rq.begin_server(rid, replica=self.replica, prompt_tokens=len(p), version=self.engine.version)
                 for rid, p in zip(request_ids, prompts, strict=True)
             ]
+            if self.vllm is not None:
+                for i, sample, new in self.vllm.generate(
+                    prompts, cfg.max_new_tokens, request_ids, served, self.engine.version
+                ):
+                    sample.replica = self.replica
+                    sample.meta["request_id"] = request_ids[i]
+                    sample.reward = reward_of(sample.tokens)
+                    tokens += new
+                    yield sample
+                observe.gauge("rollout/generated_tokens", tokens, replica=str(self.replica), step=str(step))
+                return
             stream = self.engine.generate_stream(
                 prompts, cfg.max_new_tokens, rng, cfg.max_running, on_iteration=self._iteration
             )
@@ -140,4 +161,6 @@ class RolloutWorker:
 
     def shutdown(self) -> None:
         self.stop_profile()
+        if self.vllm is not None:
+            self.vllm.shutdown()
         observe.finish()

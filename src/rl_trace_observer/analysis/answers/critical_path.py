@@ -2,10 +2,10 @@
 
 Walk back from the step's end: at each point ``t``, the span (any lane, any role) that finished last
 at or before ``t`` is what the step was waiting for — it joins the path and ``t`` moves to its start
-(ties: the longest span, then the lane named first). Time between that span's end and ``t`` in which
-no span finished is a ``gap`` (the driver or nothing ran). Spans that finished while the chosen one
-still ran were concurrent, so not critical. The segments tile the window: their sum is the step's
-wall time, exactly.
+(ties: the longest span, then the lane named first, then the lowest merged pid and tid). Time
+between that span's end and ``t`` in which no span finished is a ``gap`` (the driver or nothing
+ran). Spans that finished while the chosen one still ran were concurrent, so not critical. The
+segments tile the window: their sum is the step's wall time, exactly.
 
 Why not follow flows: a request's client span already encloses its server span, and a weight-sync
 chain (trainer ``update_weights`` → replica phases) lies on the path through its span ends; the
@@ -33,11 +33,13 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     lo, hi = w.start_ns, w.end_ns
     order = {lane: i for i, lane in enumerate(sorted({(s.role, s.lane) for s in spans}, key=_lane_key))}
     clipped = [
-        (min(s.end_ns, hi), min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], s)
+        (min(s.end_ns, hi), min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], _track(s), s)
         for s in spans
         if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns  # zero-length spans wait for nothing
     ]
-    clipped.sort(key=lambda c: (c[0], c[1], c[2]))  # the last of equal ends: longest, then first lane
+    # the last of equal ends: longest, then first lane, then first track: never the spans' order, which
+    # differs between a merge of the whole run and a live watch's piece of one step
+    clipped.sort(key=lambda c: c[:4])
     ends = [c[0] for c in clipped]
     segments: list[dict[str, Any]] = []
     t = hi
@@ -46,7 +48,7 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
         if k < 0:
             segments.append(_segment(None, lo, t))
             break
-        end, _, _, s = clipped[k]
+        end, _, _, _, s = clipped[k]
         if end < t:
             segments.append(_segment(None, end, t))
         start = max(s.start_ns, lo)
@@ -55,6 +57,14 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
         del clipped[k:], ends[k:]  # anything ending after ``start`` ran concurrently: never on the path
     segments.reverse()
     return segments
+
+
+def _track(s: WorkSpan) -> tuple[int, int, str]:
+    """Ties after the lane: the lowest (pid, tid) wins (negated: the sort takes the last of equals),
+    then the name that sorts last."""
+    pid = s.pid if isinstance(s.pid, int) else 0
+    tid = s.tid if isinstance(s.tid, int) else 0
+    return (-pid, -tid, s.name)
 
 
 def _lane_key(lane: tuple[str, str]) -> tuple[object, ...]:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "OVERHEAD",
     "PRODUCTIVE",
+    "RL_BUCKETS",
     "StepWindow",
     "WorkSpan",
     "by_lane",
@@ -23,8 +24,10 @@ __all__ = [
 ]
 
 # goodput: every stage category is productive or overhead (NeMo-RL's buckets, less "wasted", which
-# needs to know which samples were thrown away: no trace says so today)
+# needs to know which samples were thrown away: only a span that says so, ``rl.bucket``, tells)
 PRODUCTIVE = frozenset({"generation", "log_prob", "update"})
+# nemo-lens's ``rl.bucket`` values: a span that carries one is counted in it, whatever its name
+RL_BUCKETS = ("productive", "overhead", "idle", "wasted")
 OVERHEAD = frozenset({"weight_sync", "other"})
 TRAINER, ROLLOUT, OTHER_KIND = "trainer", "rollout", "other"
 
@@ -38,6 +41,7 @@ class WorkSpan(NamedTuple):
     end_ns: int
     pid: Any = None  # the merged trace's process and thread ids (to point at the span in Perfetto)
     tid: Any = None
+    bucket: str | None = None  # the span's own ``rl.bucket`` (one of RL_BUCKETS), None: by its stage
 
 
 class StepWindow(NamedTuple):

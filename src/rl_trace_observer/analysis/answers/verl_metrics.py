@@ -11,10 +11,15 @@ run), so each is compared with what the spans say for the same step:
   step (``gen`` → generation, ``update_actor`` / ``update_critic`` → update spans of the actor /
   critic, ``old_log_prob`` → log-prob spans not of the reference model, ``ref`` → the reference's,
   ``update_weights`` → weight sync);
-- ``trainer/idle_ratio``, ``rollouter/idle_ratio``: the trainer / rollout role's goodput idle share.
+- ``trainer/idle_ratio``, ``rollouter/idle_ratio``: the goodput idle share of the role that trains
+  (``trainer``, or VERL's ``actor_rollout``) / of the rollout role.
 
 A timer disagrees when it differs from ours by more than 5 % of ours; a ratio, by more than 5
 percentage points. Metrics we cannot reproduce are left out (never guessed).
+
+Names as VERL logs them: ``timing_s/gen``, ``fully_async/trainer/idle_ratio`` (its fully-async
+policy); through VERL's RL-Insight logger every ``/`` becomes ``_`` (``timing_s_gen``,
+``fully_async_trainer_idle_ratio``) — each spelling is read as the same metric.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import intervals as iv
-from .model import StepWindow, WorkSpan
+from .model import ROLLOUT, TRAINER, StepWindow, WorkSpan, by_lane, lane_kinds
 
 THRESHOLD_PCT = 5.0
 Match = Callable[[WorkSpan], bool]
@@ -37,7 +42,21 @@ TIMERS: dict[str, Match] = {
     "ref": lambda s: s.stage == "log_prob" and bool(re.search(r"(^|_)ref", s.name.lower())),
     "update_weights": lambda s: s.stage == "weight_sync",
 }
-RATIOS = {"trainer/idle_ratio": "trainer", "rollouter/idle_ratio": "rollout"}
+RATIOS = {"trainer/idle_ratio": TRAINER, "rollouter/idle_ratio": ROLLOUT}  # → the lane kind
+TIMER_PREFIXES = ("timing_s/", "timing_s_")
+RATIO_SPELLINGS = {
+    spelling: ratio
+    for ratio in RATIOS
+    for spelling in (ratio, f"fully_async/{ratio}", f"fully_async_{ratio}".replace("/", "_"))
+}
+
+
+def canonical(name: str) -> str | None:
+    """``timing_s/<phase>`` or a key of :data:`RATIOS` for any spelling VERL logs; None otherwise."""
+    for prefix in TIMER_PREFIXES:
+        if name.startswith(prefix):
+            return "timing_s/" + name[len(prefix) :]
+    return RATIO_SPELLINGS.get(name)
 
 
 def _ours_timer(metric: str, spans: list[WorkSpan], w: StepWindow) -> int | None:
@@ -51,23 +70,40 @@ def _ours_timer(metric: str, spans: list[WorkSpan], w: StepWindow) -> int | None
     return iv.covered(hits, w.start_ns, w.end_ns) if hits else None
 
 
+def _role_of_kind(spans: list[WorkSpan]) -> dict[str, str]:
+    """The role whose idle share stands for VERL's trainer / rollouter: the role named so, else the
+    only role whose lanes train (log-prob, update) / only generate (``actor_rollout`` in VERL)."""
+    kinds: dict[str, set[str]] = {}
+    for (role, _), kind in lane_kinds(by_lane(spans)).items():
+        kinds.setdefault(role, set()).add(kind)
+    out = {}
+    for kind in (TRAINER, ROLLOUT):
+        named = [r for r in kinds if r == kind]
+        doing = [r for r, k in kinds.items() if kind in k]
+        pick = named or (doing if len(doing) == 1 else [])
+        if pick:
+            out[pick[0]] = kind
+    return out
+
+
 def metric_check(
     spans: list[WorkSpan], windows: list[StepWindow], metrics: list[dict[str, Any]], goodput: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The report's ``metric_check`` section; None when the trace has none of these metrics."""
     by_step = {w.step: w for w in windows}
+    role_of_kind = _role_of_kind(spans)
     idle = {
-        (st["step"], r["role"]): r["idle_ns"] / st["dur_ns"]
+        (st["step"], kind): r["idle_ns"] / st["dur_ns"]
         for st in goodput.get("steps") or []
         for r in st["roles"]
-        if st["dur_ns"]
+        if st["dur_ns"] and (kind := role_of_kind.get(r["role"])) is not None
     }
     rows = []
     for m in metrics:
-        name = m["name"]
-        timer = name.startswith("timing_s/")
-        if not timer and name not in RATIOS:
+        name = canonical(m["name"])
+        if name is None:
             continue
+        timer = name.startswith("timing_s/")
         for point in m["steps"]:
             w = by_step.get(point["step"])
             if w is None:
@@ -79,7 +115,7 @@ def metric_check(
                 theirs = round(point["mean"] * 1e9)
                 diff = 100.0 * (theirs - ours) / ours if ours else None
                 bad = diff is None or abs(diff) > THRESHOLD_PCT
-                rows.append(_row(name, w.step, "ns", theirs, ours, diff, bad))
+                rows.append(_row(m["name"], w.step, "ns", theirs, ours, diff, bad))
             else:
                 share = idle.get((w.step, RATIOS[name]))
                 if share is None:
@@ -87,7 +123,13 @@ def metric_check(
                 diff = 100.0 * (point["mean"] - share)  # percentage points
                 rows.append(
                     _row(
-                        name, w.step, "ratio", point["mean"], round(share, 4), diff, abs(diff) > THRESHOLD_PCT
+                        m["name"],
+                        w.step,
+                        "ratio",
+                        point["mean"],
+                        round(share, 4),
+                        diff,
+                        abs(diff) > THRESHOLD_PCT,
                     )
                 )
     if not rows:

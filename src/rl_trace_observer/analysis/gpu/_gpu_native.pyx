@@ -15,6 +15,19 @@ from libcpp.algorithm cimport nth_element, sort as std_sort
 
 from array import array
 
+
+# The sha256 of this file, defined by setup.py at build time: common/twins.py ignores a twin whose
+# hash differs from its source's (a build from another version), whatever the files' times say.
+cdef extern from *:
+    """
+    #ifndef RL_TRACE_SOURCE_SHA256
+    #define RL_TRACE_SOURCE_SHA256 ""
+    #endif
+    """
+    const char* RL_TRACE_SOURCE_SHA256
+
+SOURCE_SHA256 = (<bytes>RL_TRACE_SOURCE_SHA256).decode("ascii")
+
 cdef long long UNKNOWN = -(1 << 62)
 cdef carray.array _Q = array("q")
 

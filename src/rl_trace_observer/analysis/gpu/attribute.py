@@ -240,7 +240,8 @@ def attribute(
     owners = {p: owner_of(store.value(p), merged) for p in {*store.k_pid, *store.l_pid}}
     codes: dict[Any, int] = {}
     code_of = {p: codes.setdefault(o, len(codes)) for p, o in owners.items()}
-    stages, segments = _stage_table(stage_spans, merged)
+    # a trace without kernels (no Kineto / Proton) needs no stage lookup: skip indexing every span
+    stages, segments = _stage_table(stage_spans, merged) if len(store) else ([(NONE, NONE)], {})
     local: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
     for pid, spans in (own_windows or {}).items():
         local[owner_of(pid, merged)] += spans
@@ -256,9 +257,9 @@ def attribute(
         array("q", [UNKNOWN]) * n, array("q", [UNKNOWN]) * n, bytearray(n),
         array("q", [-1]) * n, array("q", [0]) * n, stages, owners,
     )  # fmt: skip
-    from ...merge.writers import native
+    from ...common import twins
 
-    twin = native.twin(NATIVE_TWIN)
+    twin = twins.twin(NATIVE_TWIN)
     if twin is not None:
         _place_sorted(twin, store, code_of, by_code_windows, by_code_segments, out)
         return out

@@ -1,5 +1,5 @@
 """The GPU analysis' per-kernel loops on ``array('q')`` columns: the reference its compiled twin
-(``_gpu_native.pyx``, built by setup.py) reproduces, tested equal in ``tests/test_gpu.py``.
+(``_gpu_native.pyx``, built by setup.py) reproduces, tested equal in ``tests/report/test_gpu.py``.
 
 Why columns and a twin: the analysis visits each of a run's ~1M kernels five times (placing it,
 its run, step and stage figures, its stream); a Python object per kernel and visit cost ~6 CPU s
@@ -26,7 +26,7 @@ Q = Sequence[int]
 
 def native() -> Any:
     """The compiled twin when built and enabled, else this module."""
-    from ...merge.writers import native as twins
+    from ...common import twins
 
     return twins.twin(NATIVE_TWIN) or sys.modules[__name__]
 

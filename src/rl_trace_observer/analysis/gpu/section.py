@@ -102,8 +102,8 @@ def analyze(
         label = _device_label(process_names.get(pid), pid)
         devices[p] = {"role": role, "rank": rank, "host": host, "device": label, "owner": owner}
     result = GpuResult(store, at, windows, devices)
-    cpu_sets = _cpu_sets(stage_spans, merged)
     per_device = _order(store, at)
+    cpu_sets = _cpu_sets(stage_spans, merged) if per_device else {}
 
     def key(p: int) -> tuple[Any, ...]:
         d = devices[p]

@@ -194,6 +194,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, skip_first: int = 0) -> dic
         "b": (b.get("source") or {}).get("path"),
         "skip_first": skip_first,
         "rows": rows,
+        # span shard parts a side was read without (damaged): its figures cover the other parts
+        "incomplete": [n for s in (a, b) if (n := (s.get("source") or {}).get("missing_note"))],
     }
 
 

@@ -59,9 +59,11 @@ def terminal(result: dict[str, Any], limit: int = MAX_TERMINAL_ROWS, width: int 
     from rich.console import Group
     from rich.text import Text
 
+    from ...common.visible import visible_tree
     from ..report.rollout_tables import PlainTable
     from ..report.terminal import COMPACT_BELOW, plain_table
 
+    result = visible_tree(result)  # role and stage names come from the traces
     rows = result["rows"][:limit]
     plain = PlainTable(
         f"rl-trace diff: A = {result['a']}  B = {result['b']}",

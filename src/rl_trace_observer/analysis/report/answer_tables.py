@@ -28,16 +28,20 @@ def _goodput(goodput: dict[str, Any]) -> PlainTable | None:
         wall = r["wall_ns"]
         rows.append(
             [r["role"], fmt_ns(wall)]
-            + [f"{fmt_ns(r[k])} {fmt_pct(r[k], wall)}" for k in ("productive_ns", "overhead_ns", "idle_ns")]
+            + [
+                f"{fmt_ns(r.get(k, 0))} {fmt_pct(r.get(k, 0), wall)}"
+                for k in ("productive_ns", "overhead_ns", "idle_ns", "wasted_ns")
+            ]
         )
     if not rows:
         return None
     return PlainTable(
         "Goodput per role (all steps; productive = generation, log-prob, update)",
-        ["role", "wall", "productive", "overhead", "idle"],
+        ["role", "wall", "productive", "overhead", "idle", "wasted"],
         rows,
         (0,),
-        "overhead = weight sync and unclassified stages; the three sum to the wall time",
+        "overhead = weight sync and unclassified stages; a span's own rl.bucket (NeMo-RL) wins; the four "
+        "sum to the wall time",
     )
 
 

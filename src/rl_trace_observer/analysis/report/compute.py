@@ -3,7 +3,7 @@
 Input is a merged trace read by :mod:`.load`; output is a plain dict (schema
 ``rl-trace-report/4``, documented in :data:`SCHEMA_DOC`) that the terminal, HTML and JSON renderers
 all present, so the three never disagree. All durations are exact integer nanoseconds on the
-merged timeline, computed with interval unions (:mod:`.intervals`), never by adding spans.
+merged timeline, computed with interval unions (:mod:`..answers.intervals`), never by adding spans.
 
 Definitions:
 
@@ -32,12 +32,14 @@ from typing import Any
 from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, WorkSpan, answer_sections
 from ..answers import intervals as iv
+from ..answers.model import RL_BUCKETS
 from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
 from ..gpu.answers import gpu_answers
 from ..gpu.attribute import StageSpan
 from .identity import STAGE_CATS, lane_of, process_identity, process_role
 from .load import Span, TraceData
+from .request_work import replica_generation
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
 from .stages import (
@@ -56,6 +58,8 @@ from .stages import (
 from .telemetry import METRICS_CAT, telemetry_section
 from .windows import Window, process_windows, step_windows
 
+BUCKET_KEY = "rl.bucket"  # nemo-lens's goodput bucket on a leaf span (NeMo-RL's OTLP spans)
+
 SCHEMA = "rl-trace-report/4"
 LONGEST_SHOWN = 10
 GANTT_SPANS_PER_LANE = 400
@@ -64,10 +68,12 @@ SCHEMA_DOC = """rl-trace-report/4 (/3 plus ``gpu``: :mod:`rl_trace_observer.anal
 §10, and ``telemetry``: the metric sampler's engines, GPUs and hosts; /3 was /2 plus ``idle``,
 ``goodput``, ``arrivals``, ``critical_path``: see :mod:`rl_trace_observer.analysis.answers`; /2
 added ``rollout``):
-{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | names |
-  none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
-  dropped_events, manifest, merged_by_report, read_error (only when the file could not be read as
-  it is and was merged first)},
+{schema, source{path, events, spans_seen, stage_spans, step_markers, stage_source (rl_insight | rl_bucket |
+  names | none), guessed{names, refused, refused_total} | null, steps_from, loader, unmatched_ends,
+  dropped_events, manifest, merged_by_report, manifest_note (why a manifest beside the trace was not
+  used: another merge's, null when none), missing_parts[{path, why}] and missing_note (span shard
+  parts left out as damaged: the figures cover the others), read_error (only when the file could
+  not be read as it is and was merged first)},
  stage_table[{category, pattern}], categories[],
  steps[{step, start_ns, end_ns, dur_ns, profiled, mode,
         ranks[{role, lane, time_ns{<category>|idle: int}, busy_ns}],
@@ -80,22 +86,24 @@ added ``rollout``):
  gantt{step, start_ns, end_ns, lanes[{role, lane, spans[[offset_ns, dur_ns, name, category]], truncated}]},
  clock{mode, quality, why, hosts[...], ...} , artifacts{status, files, by_kind, incomplete, skipped,
   problems, problem_count, missing, counts, metrics[<manifest metrics entry>]} | null,
- rollout{requests, validation_requests, client_spans, server_spans, linked, tail_quantile,
-  steps[{step, requests, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean}, server_latency_ns,
+ rollout{requests, validation_requests, client_spans, server_spans, linked, failed, rejected, tail_quantile,
+  steps[{step, requests, rejected, first_start_ns, last_end_ns, latency_ns{p50,p95,p99,max,mean},
+         server_latency_ns,
          phases_ns{queue|prefill|decode: {...}}, tail{t90_ns, end_ns, dur_ns, requests, request_ids[],
          trainer_ns{<category>|idle}}, replicas[{replica, requests, prompt_tokens, response_tokens,
          busy_ns, tokens_per_s}], imbalance{requests, response_tokens, busy_ns}, slowest[<request row>]}],
   slowest[{request_id, step, replica, start_ns, latency_ns, server_ns, queue_ns, prefill_ns, decode_ns,
            turn, turns, attempt, sample, session, status, version, response_tokens, seen_by}],
-  weight_sync{syncs[{version, backend, start_ns, dur_ns, trainer_phases_ns{},
+  weight_sync{syncs[{step, version, backend, start_ns, dur_ns, trainer_phases_ns{},
               replicas[{replica, dur_ns, phases_ns{}, bytes, processes}], slowest_replica}],
               phase_totals_ns{trainer{}, replica{}}} | null,
   staleness[{step, trainer_version, samples, lag_steps{<lag>: count}, max_lag_steps, mean_lag_steps,
              unknown_version, start_ns, wait_ns}]} | null,
  idle{causes[], steps[{step, dur_ns, lanes[{role, lane, kind, idle_ns, causes_ns{<cause>: int}}]}],
       roles[{role, lanes, idle_ns, causes_ns{}}]},
- goodput{buckets[], steps[{step, dur_ns, roles[{role, lanes, productive_ns, overhead_ns, idle_ns}]}],
-         roles[{role, wall_ns, productive_ns, overhead_ns, idle_ns, productive_pct}]},
+ goodput{buckets[], steps[{step, dur_ns, roles[{role, lanes, productive_ns, overhead_ns, idle_ns,
+         wasted_ns}]}], roles[{role, wall_ns, productive_ns, overhead_ns, idle_ns, wasted_ns,
+         productive_pct}]},
  arrivals{events[{step, point, role, lanes, last_lane, arrival_ns, lag_ns, spread_ns}], events_total,
           summary[{role, point, lane, last_in, steps, median_lag_ns, max_lag_ns, median_spread_ns}]},
  critical_path[{step, start_ns, dur_ns, segments[{role, lane, name, stage, start_ns, dur_ns}],
@@ -230,6 +238,15 @@ def _step_of(windows: list[Window], ts_ns: int) -> int | None:
     return None
 
 
+def _step_before(windows: list[Window], ts_ns: int) -> int | None:
+    """The step whose window ended last before ``ts_ns``, if no window started since."""
+    ended = [w for w in windows if w.end_ns <= ts_ns]
+    if not ended:
+        return None
+    last = max(ended, key=lambda w: w.end_ns)
+    return None if any(last.end_ns <= w.start_ns <= ts_ns for w in windows if w is not last) else last.step
+
+
 def longest_spans(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
     out = []
     for s in data.longest[:LONGEST_SHOWN]:
@@ -248,10 +265,15 @@ def longest_spans(data: TraceData, windows: list[Window]) -> list[dict[str, Any]
     return out
 
 
-def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
+def metrics(
+    data: TraceData, windows: list[Window], drivers: frozenset[Any] = frozenset()
+) -> list[dict[str, Any]]:
     """Scalar metrics (counter events) per step: mean, last, min, max, count over all processes.
 
-    The step is the sample's ``step`` label when it has one, else the step window it falls in.
+    The step is the sample's ``step`` label when it has one, else the step window it falls in; a
+    sample of a process that marks the steps (``drivers``), logged between two windows, is the
+    earlier step's: VERL's trainer logs a step's metrics right after the step ends, and its
+    RL-Insight logger drops the step number.
     """
     per: dict[str, dict[int | None, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for c in data.counters:
@@ -260,6 +282,8 @@ def metrics(data: TraceData, windows: list[Window]) -> list[dict[str, Any]]:
         step = as_int(c.labels.get("step"))  # the step the process said, when it did
         if step is None:
             step = _step_of(windows, c.ts_ns) if windows else None
+            if step is None and c.pid in drivers:
+                step = _step_before(windows, c.ts_ns)
             if windows and step is None:
                 continue
         per[c.name][step].append((c.ts_ns, c.value))
@@ -311,11 +335,15 @@ def gantt(idx: _Index, windows: list[Window]) -> dict[str, Any] | None:
 
 
 def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
-    """RL-Insight's spans when the trace has any; else the spans :func:`.stages.guessable` lets
-    stand for stages and steps (``names``), or none at all (``none``)."""
+    """RL-Insight's spans when the trace has any; else the spans that carry nemo-lens's ``rl.bucket``
+    (NeMo-RL's OTLP spans) and the step markers; else the spans :func:`.stages.guessable` lets stand
+    for stages and steps (``names``), or none at all (``none``)."""
     tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
     if tagged:
         return tagged, "rl_insight"
+    bucketed = [s for s in data.spans if s.args.get(BUCKET_KEY) in RL_BUCKETS or classify(s.name) == STEP]
+    if any(s.args.get(BUCKET_KEY) in RL_BUCKETS for s in bucketed):
+        return bucketed, "rl_bucket"
     guessed = [
         s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX) and guessable(s.name, s.cat)
     ]
@@ -324,7 +352,7 @@ def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
 
 def _guesses(data: TraceData, spans: list[Span], source: str) -> dict[str, Any] | None:
     """What a trace without RL-Insight spans was read as: the names taken, and those refused."""
-    if source == "rl_insight":
+    if source in ("rl_insight", "rl_bucket"):
         return None
     taken = sorted({s.name for s in spans})
     refused = sorted({s.name for s in data.spans if s.name not in taken and classify(s.name) != "other"})
@@ -359,6 +387,8 @@ def model(data: TraceData) -> Model:
     spans, source = _stage_spans(data)
     markers = [s for s in spans if classify(s.name) == STEP]
     work = [s for s in spans if classify(s.name) != STEP]
+    if source == "rl_insight" and not any(classify(s.name) in ROLLOUT_CATEGORIES for s in work):
+        work += replica_generation(data)  # separate_async: the replicas generate beside the steps
     windows = step_windows(markers)
     if not windows and work:
         windows = [Window(None, min(s.start_ns for s in work), max(s.end_ns for s in work))]
@@ -399,7 +429,7 @@ def build_summary(
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
     rows, answer_windows = work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows]
     answers = answer_sections(rows, answer_windows)
-    metric_rows = metrics(data, windows)
+    metric_rows = metrics(data, windows, frozenset(s.pid for s in markers))
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
     rollout = rollout_section(
         data.spans,
@@ -449,9 +479,14 @@ def build_summary(
 
 
 def work_spans(idx: _Index) -> list[WorkSpan]:
-    """The stage spans as the answers' flat rows (who, name, category, start, end)."""
+    """The stage spans as the answers' flat rows (who, name, category, start, end, ``rl.bucket``)."""
     return [
-        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid)
+        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid, _bucket(s))
         for who in idx.whos
         for s in idx.spans_of[who]
     ]
+
+
+def _bucket(s: Span) -> str | None:
+    value = s.args.get(BUCKET_KEY)
+    return value if value in RL_BUCKETS else None

@@ -25,6 +25,7 @@ from .style import (
     fmt_pct,
     fmt_value,
     problem_groups,
+    span_step_label,
     step_label,
     worst_arrival,
 )
@@ -190,7 +191,7 @@ def _longest_section(summary: dict[str, Any]) -> str:
         [
             esc(fmt_ns(s["dur_ns"])),
             esc(s["name"]),
-            esc(step_label(s["step"])),
+            esc(span_step_label(s["step"])),
             esc(s["process"]),
             esc(s["thread"]),
         ]
@@ -284,7 +285,7 @@ def _rollout_section(summary: dict[str, Any]) -> str:
     """Requests, tail, replicas, weight sync, staleness (:mod:`.rollout_tables`); empty without them."""
     return _plain_section(
         "Rollout: requests, long tail, weight sync, staleness",
-        rollout_tables(summary.get("rollout"), windows=summary.get("steps")),
+        rollout_tables(summary.get("rollout")),
     )
 
 
@@ -333,6 +334,8 @@ def render(summary: dict[str, Any]) -> str:
         f"({esc(src['stage_source'])})</p>",
         _cards(summary),
     ]
+    if src.get("missing_note"):  # damaged span shard parts left out: the figures cover the others
+        parts.append(f"<p class=warn>incomplete: {esc(src['missing_note'])}</p>")
     note = gpu_render.banner(summary)
     if note:
         parts.append(f"<p class=warn>{esc(note)}</p>")

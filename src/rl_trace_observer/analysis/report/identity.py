@@ -26,7 +26,8 @@ def process_role(data: TraceData, pid: Any) -> str:
     if isinstance(args.get("role"), str) and args["role"]:
         return str(args["role"])
     parts = [p.strip() for p in data.process_names.get(pid, "").split("·")]
-    for part in parts[2:] if len(parts) > 2 else parts:
+    merged = len(parts) > 1 and parts[1].startswith(("pid ", "unknown pid"))
+    for part in parts[2:] if merged or len(parts) > 2 else parts:  # ``host · pid N``: no role, not the host
         m = _LABEL_ROLE.match(part)
         if m and not part.startswith(("pid ", "clock", "rank ", "replica ")):
             return m.group(1)

@@ -36,6 +36,7 @@ class ResolvedInput:
     manifest_path: Path | None
     merged_from: Path | None = None  # the run directory, when the report merged it
     shards: Path | None = None  # span shards to read instead of the trace (merge --shards)
+    manifest_note: str | None = None  # why the manifest beside the trace was not used (one line)
 
 
 def merge(inputs: list[Path], output: Path, shards: Path | None = None, *, temporary: bool = False) -> Path:
@@ -90,7 +91,13 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
     p = Path(path)
     if p.is_dir() and is_shards_dir(p):
         mpath = Path(manifest) if manifest else p / MANIFEST_NAME
-        yield ResolvedInput(p, _read_manifest(mpath), mpath if mpath.is_file() else None, shards=p)
+        copy = _read_manifest(mpath) if mpath.is_file() else None
+        other = shards_mismatch(copy, p)  # a merge killed between its manifest copy and its document
+        if other is not None:
+            note = f"{mpath}: not the manifest of these shards: {other}"
+            yield ResolvedInput(p, None, None, shards=p, manifest_note=note)
+            return
+        yield ResolvedInput(p, copy, mpath if copy is not None else None, shards=p)
         return
     if p.is_dir():
         with merged_first(p) as merged:
@@ -101,9 +108,14 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
             f"{p}: no such file or directory; give a merged trace (.json, .json.gz) or a run directory"
         )
     mpath = Path(manifest) if manifest else Path(f"{p}.manifest.json")
+    found, note = paired_manifest(p, mpath)
     if p.name.endswith((".pftrace", ".pftrace.gz")):
-        found = _read_manifest(mpath) if mpath.is_file() else None
+        if note is not None:
+            raise InputError(f"{note}; re-run the merge (or report on its span shard directory)")
         shards = _shards_of(found)
+        other = shards_mismatch(found, shards)
+        if other is not None:
+            raise InputError(f"{p}: {other}; report on that directory itself, or re-run the merge")
         if shards is None:
             raise InputError(
                 f"{p}: a .pftrace is reported on from its span shards, and this merge wrote none; "
@@ -111,9 +123,39 @@ def resolve(path: str | Path, manifest: str | Path | None = None) -> Iterator[Re
             )
         yield ResolvedInput(p, found, mpath, shards=shards)
         return
-    yield ResolvedInput(
-        p, _read_manifest(mpath) if mpath.is_file() else None, mpath if mpath.is_file() else None
-    )
+    yield ResolvedInput(p, found, mpath if found is not None else None, manifest_note=note)
+
+
+def paired_manifest(trace: Path, mpath: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The manifest at ``mpath`` when it describes ``trace``; else None and, when there is one that
+    does not (a merge killed between its two renames, an older tool's failed merge), why, in one line
+    naming it (:mod:`rl_trace_observer.merge.manifest.pair`)."""
+    from ...merge.manifest.pair import mismatch
+
+    found = _read_manifest(mpath) if mpath.is_file() else None
+    if found is None:
+        return None, None
+    why = mismatch(trace, found)
+    if why is None:
+        return found, None
+    return None, f"{mpath}: not the manifest of {trace.name}: {why} (a merge was interrupted or failed)"
+
+
+def shards_mismatch(manifest: dict[str, Any] | None, shards: Path | None) -> str | None:
+    """Why the span shards in ``shards`` are not the ones ``manifest`` names (another merge wrote
+    them: one killed between its shards and its output), or None."""
+    want = ((manifest or {}).get("shards") or {}).get("merge_id")
+    if shards is None or not isinstance(want, str):
+        return None  # no shards, or a manifest from before merge ids: nothing to compare
+    from ...merge.shards.layout import ShardsError, read_doc
+
+    try:
+        found = read_doc(shards).get("merge_id")
+    except ShardsError:
+        return None  # the readers name a damaged document themselves
+    if found == want:
+        return None
+    return f"the span shards in {shards} were written by another merge than its manifest's (merge id {found})"
 
 
 def _shards_of(manifest: dict[str, Any] | None) -> Path | None:

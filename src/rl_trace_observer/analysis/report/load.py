@@ -35,7 +35,8 @@ from .stream import CHUNK_BYTES, Event, EventStream, NotStreamable, decode_event
 __all__ = ["Counter", "Span", "TraceData", "TraceError", "load_trace", "split_labels"]
 
 # prefixes of the categories RL-Insight / our markers use, and the capture layer's rollout spans
-STAGE_CATEGORIES = ("rl_insight", "verl", "rl_trace.")
+# spans kept whatever their name: RL-Insight's, VERL's, our request spans, OTLP spans (``rl.bucket``)
+STAGE_CATEGORIES = ("rl_insight", "verl", "rl_trace.", "otlp")
 LONGEST_KEPT = 20
 # Below 2**33 µs (2.4 h from the trace's base) a µs value with ≤3 decimals is within 2**-20 µs of
 # its double, so round(us * 1000) is the exact ns (error < 0.002 ns); beyond, merge.timeline.model.us_to_ns.
@@ -111,6 +112,8 @@ class TraceData:
     unmatched_ends: int = 0
     dropped: int = 0  # events whose fields had unexpected types
     mode: str = ""
+    missing_parts: list[dict[str, str]] = field(default_factory=list)  # span shard parts left out, why
+    missing_note: str | None = None  # the same in one line
 
 
 def _text(value: Any) -> str:
@@ -235,9 +238,9 @@ def _ns(values: list[Any]) -> Any:
 
 
 def _twin() -> Any:
-    from ...merge.writers import native
+    from ...common import twins
 
-    return native.twin("rl_trace_observer.analysis.gpu._gpu_native")
+    return twins.twin("rl_trace_observer.analysis.gpu._gpu_native")
 
 
 def _texts(values: list[Any]) -> list[str]:

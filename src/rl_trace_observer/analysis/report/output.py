@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from ...common.atomic import write_atomic
+from ...merge.shards.layout import ShardsError
 from . import html as report_html
 from .compute import build_summary
 from .inputs import InputError, ResolvedInput, artifacts_section, clock_section, merged_first, resolve
@@ -31,6 +32,8 @@ def summarize(path: str | Path, *, manifest: str | Path | None = None, gpu: bool
     try:
         with resolve(path, manifest) as src:
             return _summarize(src, gpu)
+    except ShardsError as exc:  # a damaged shard document, no whole part: one line naming the file
+        raise InputError(str(exc)) from None
     except TraceError as exc:
         if not Path(path).is_file():
             raise
@@ -56,6 +59,9 @@ def _summarize(src: ResolvedInput, gpu: bool = True) -> dict[str, Any]:
         str(src.manifest_path) if src.merged_from is None and src.manifest_path else None
     )
     summary["source"]["merged_by_report"] = src.merged_from is not None
+    summary["source"]["manifest_note"] = src.manifest_note  # a manifest beside it that is not its own
+    summary["source"]["missing_parts"] = data.missing_parts  # damaged span shard parts left out
+    summary["source"]["missing_note"] = data.missing_note
     return summary
 
 

@@ -14,6 +14,8 @@ Definitions (``rl-trace-report/2``, key ``rollout``):
   ``queue``/``prefill``/``decode`` from the sub-spans the merger drew under it. A request's *step*
   is its client's ``step`` argument (the batch it was generated for), else the step window in which
   it ended. Validation requests are counted apart.
+- **rejected**: requests whose ``status`` argument is ``rejected`` (an AReaL session its workflow's
+  ``should_accept_fn`` refused, where AReaL drops stale-weight samples, or that returned nothing).
 - **percentiles**: linear interpolation between order statistics (numpy's default), rounded to ns.
 - **tail window** of a step: from ``t90`` — the 90th percentile of the step's request end times, the
   moment 90 % of them had finished — until the last one did; the *tail requests* end after ``t90``.
@@ -52,6 +54,7 @@ from ..answers import intervals as iv
 from .stages import is_sync_root, is_weight_load
 
 TAIL_QUANTILE = 0.9
+REJECTED = "rejected"  # a request's ``status`` when its sample was refused (AReaL: stale or filtered)
 SLOWEST_SHOWN = 10
 TAIL_LISTED = 20
 PHASES = ("queue", "prefill", "decode")
@@ -76,6 +79,7 @@ class Req:
     server: SpanLike | None = None
     step: int | None = None
     phases: dict[str, int] = field(default_factory=dict)  # queue/prefill/decode sub-spans, ns
+    known_replica: Any = None  # a client-only request: the replica its server address is known as
 
     @property
     def span(self) -> SpanLike:
@@ -97,6 +101,8 @@ class Req:
     def replica(self) -> Any:
         if self.server is not None and self.server.args.get("replica") is not None:
             return self.server.args["replica"]
+        if self.known_replica is not None:
+            return self.known_replica
         return self.client.args.get("server") if self.client is not None else None
 
 
@@ -166,7 +172,28 @@ def _requests(spans: Iterable[SpanLike]) -> dict[str, Req]:
         found = reqs.get(str(s.args.get("request_id", "")))
         if found is not None and s.name in PHASES:
             found.phases[s.name] = found.phases.get(s.name, 0) + s.dur_ns
+    _name_unserved(reqs.values())
     return reqs
+
+
+def _name_unserved(reqs: Iterable[Req]) -> None:
+    """A request no server span answered (it failed, or the run's end cut it) is counted under the
+    replica its server address is known as from the requests that were answered there, not as a
+    replica row of its own named by the address; an address no answered request names stays."""
+    addresses: dict[str, set[Any]] = defaultdict(set)
+    unserved = []
+    for r in reqs:
+        address = r.client.args.get("server") if r.client is not None else None
+        if address is None:
+            continue
+        if r.server is not None and r.server.args.get("replica") is not None:
+            addresses[str(address)].add(r.server.args["replica"])
+        elif r.server is None:
+            unserved.append((r, str(address)))
+    for r, address in unserved:
+        known = addresses.get(address, set())
+        if len(known) == 1:  # an address that served two replicas (restarted engines) names neither
+            r.known_replica = next(iter(known))
 
 
 def _assign_steps(reqs: Iterable[Req], windows: Sequence[tuple[int | None, int, int]]) -> None:
@@ -276,6 +303,7 @@ def _step_rows(
             {
                 "step": step,
                 "requests": len(group),
+                "rejected": sum(1 for r in group if r.arg("status") == REJECTED),
                 "first_start_ns": min(r.span.start_ns for r in group),
                 "last_end_ns": last,
                 "latency_ns": latency_stats(latencies),
@@ -298,7 +326,16 @@ def _step_rows(
 
 
 # --------------------------------------------------------------------------------- weight sync
-def _weight_sync(spans: list[SpanLike]) -> dict[str, Any] | None:
+def sync_step(windows: Sequence[tuple[int | None, int, int]], start_ns: int) -> int | None:
+    """The step of a weight sync: the step whose window holds its start (``lo <= start < hi``), else
+    None. By time only, so the watch's piece of one step and the whole run assign it the same
+    way (the piece holds the step's marker and every sync that starts in it)."""
+    return next((w for w, lo, hi in windows if lo <= start_ns < hi), None)
+
+
+def _weight_sync(
+    spans: list[SpanLike], windows: Sequence[tuple[int | None, int, int]]
+) -> dict[str, Any] | None:
     if not spans:
         return None
     trainer = [s for s in spans if s.args.get("replica") is None]
@@ -332,6 +369,7 @@ def _weight_sync(spans: list[SpanLike]) -> dict[str, Any] | None:
         slowest = max(rows, key=lambda r: r["dur_ns"], default=None)
         syncs.append(
             {
+                "step": sync_step(windows, lo),
                 "version": top.args.get("version"),
                 "backend": top.args.get("backend"),
                 "start_ns": lo,
@@ -406,9 +444,11 @@ def rollout_section(
         "client_spans": sum(r.client is not None for r in reqs.values()),
         "server_spans": sum(r.server is not None for r in reqs.values()),
         "linked": sum(r.client is not None and r.server is not None for r in reqs.values()),
+        "rejected": sum(1 for r in train if r.arg("status") == REJECTED),
+        "failed": sum(str(r.arg("status") or "").startswith("error") for r in reqs.values()),
         "tail_quantile": TAIL_QUANTILE,
         "steps": _step_rows(train, training, turns),
         "slowest": [_row(r, turns) for r in slow],
-        "weight_sync": _weight_sync([s for s in mine if s.cat == SYNC_CAT]),
+        "weight_sync": _weight_sync([s for s in mine if s.cat == SYNC_CAT], windows),
         "staleness": _staleness([s for s in mine if s.cat == STALENESS_CAT]),
     }

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .stages import SYNC_ROOT_NAME
-from .style import LABELS, fmt_ns, step_label
+from .style import LABELS, fmt_ns, span_step_label, step_label
 
 MAX_STEPS = 50
 MAX_REPLICA_ROWS = 64
@@ -64,23 +64,13 @@ WEIGHT_SYNC_NOTE = (
 )
 
 
-def _step_at(windows: list[dict[str, Any]] | None, ts_ns: int) -> str:
-    for st in windows or ():
-        if st["start_ns"] <= ts_ns < st["end_ns"]:
-            return step_label(st["step"])
-    return "—"
-
-
 def _imbalance(imb: dict[str, Any]) -> str:
     text = f"{_v(imb.get('requests'))}× req, {_v(imb.get('response_tokens'))}× tok"
     return text + (f", {_v(imb['busy_ns'])}× busy" if imb.get("busy_ns") is not None else "")
 
 
-def tables(
-    rollout: dict[str, Any] | None, *, slowest: int = 10, windows: list[dict[str, Any]] | None = None
-) -> list[PlainTable]:
-    """Every rollout table worth showing; empty when the trace has no rollout spans. ``windows``: the
-    report's steps, to name the step each weight sync started in."""
+def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTable]:
+    """Every rollout table worth showing; empty when the trace has no rollout spans."""
     if not rollout:
         return []
     out = []
@@ -102,6 +92,8 @@ def tables(
         short={1: "reqs", 7: "tail reqs", 8: "trainer in tail"},
         drop=(3, 7, 8),
         note=f"{rollout['requests']} requests, {rollout['linked']} seen by client and server"
+        + (f", {rollout['rejected']} rejected" if rollout.get("rejected") else "")
+        + (f", {rollout['failed']} failed" if rollout.get("failed") else "")
         + (
             f", {rollout['validation_requests']} validation requests not counted"
             if rollout["validation_requests"]
@@ -204,7 +196,7 @@ def tables(
             sync.rows.append(
                 [
                     _v(s["version"]),
-                    _step_at(windows, s["start_ns"]),
+                    span_step_label(s["step"]),  # the window it started in (rollout.sync_step)
                     fmt_ns(s["dur_ns"]),
                     _phases(s["trainer_phases_ns"]),
                     _v(s["slowest_replica"]),

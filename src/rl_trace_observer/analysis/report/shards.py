@@ -27,8 +27,10 @@ _COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid
 
 
 def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
-    shards = Shards.open(root)
+    """The report's data from the whole parts of ``root`` (damaged ones named in ``missing_parts``)."""
+    shards = Shards.open(root).whole()
     data = TraceData(path=str(root), mode="shards")
+    data.missing_parts, data.missing_note = shards.missing, shards.missing_line()
     data.metadata = {
         "rl_trace_observer": shards.doc.get("trace", {}).get("header") or {},
         "displayTimeUnit": "ms",

@@ -58,14 +58,16 @@ STAGE_TABLE: tuple[StageRule, ...] = (
     StageRule(
         "weight_sync",
         r"update_weights|sync_weights|weight_sync|weights_update|(load|send|recv|broadcast)_weights"
-        r"|wake_up|(^|_)sleep($|_)|resume_memory|release_memory",
-        "trainer → rollout weight transfer, and the engine sleep/wake-up around it (colocated mode)",
+        r"|wake_up|(^|_)sleep($|_)|resume_memory|release_memory|(^|_)refit($|_)",
+        "trainer → rollout weight transfer, and the engine sleep/wake-up around it (colocated mode); "
+        "NeMo-RL's refit",
     ),
     StageRule("log_prob", r"log_?prob", "old/ref/actor log-probabilities (forward only)"),
     StageRule(
         "update",
-        r"(^|_)update($|_)|update_(actor|critic|policy)|forward_backward|optimi[sz]er|train_step",
-        "policy/critic updates (forward + backward + optimizer)",
+        r"(^|_)update($|_)|update_(actor|critic|policy)|forward_backward|optimi[sz]er|train_step"
+        r"|policy_training",
+        "policy/critic updates (forward + backward + optimizer); NeMo-RL's policy_training timer",
     ),
     StageRule("generation", r"generat|rollout|(^|_)sampl", "rollout engines: vLLM, SGLang, TokenSpeed, …"),
 )
@@ -78,8 +80,12 @@ TRAINING_CATEGORIES = frozenset({"log_prob", "update"})
 # A name the report may read as an RL stage in a trace WITHOUT RL-Insight spans: one identifier
 # (``actor_update``, ``generate_sequences``, ``ProfilerStep#3``), never a phrase or a qualified
 # name in which a pattern happens to occur (``## optimizer ##``, ``Optimizer.step#Adam.step``,
-# ``execute_…(…)_generation_32``, a Python function ``file.py(12): update``).
+# ``execute_…(…)_generation_32``, a Python function ``file.py(12): update``). AReaL's perf tracer
+# qualifies its names by component (``train.rollout``, ``ppo_actor.ppo_update``,
+# ``train.update_weights``): a dotted chain of identifiers stands for a stage when its LAST part alone
+# is one the table knows, as the same category (``optimizer.zero_grad`` does not: ``zero_grad``).
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*$")
+_QUALIFIED = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_]*\.)+(?P<last>[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*)$")
 _DEVICE_CATEGORIES = ("kernel", "gpu_", "Kernel", "Memcpy", "Memset", "mtia_ccp", "cuda_")
 # The rollout section's weight-sync rows: which trainer span is one whole sync (one row each; the
 # trainer's other weight-sync spans inside it are its phases), and which replica span loads the weights
@@ -106,9 +112,12 @@ def guessable(name: str, category: str) -> bool:
     a CPU-side span whose whole name is one identifier the stage table knows (or ``ProfilerStep#N``)."""
     if category.startswith(_DEVICE_CATEGORIES):
         return False
-    if marker_number(name) is not None:  # ProfilerStep#N
+    if marker_number(name) is not None or classify(name) == STEP:  # ProfilerStep#N, rl.grpo.step
         return True
-    return bool(_IDENTIFIER.match(name)) and classify(name) != OTHER
+    if _IDENTIFIER.match(name):
+        return classify(name) != OTHER
+    qualified = _QUALIFIED.match(name)
+    return qualified is not None and classify(qualified["last"]) == classify(name) != OTHER
 
 
 def is_sync_root(name: str) -> bool:

@@ -95,3 +95,8 @@ def fmt_value(value: Any) -> str:
 
 def step_label(step: Any) -> str:
     return "all" if step is None else str(step)
+
+
+def span_step_label(step: Any) -> str:
+    """A span's step: ``—`` for one in no step (the demo's set-up), where a row of figures says ``all``."""
+    return "—" if step is None else str(step)

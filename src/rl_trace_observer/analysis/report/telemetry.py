@@ -5,7 +5,9 @@ functions, each point holding until the next. Definitions (key ``telemetry`` of 
 ``rl-trace-report/3`` as an additive change):
 
 - **engines**, per step and replica (the process its tracks are under): time-weighted mean and max
-  of running and waiting requests over the step window, max KV-cache use, preemptions, and prompt /
+  of running and waiting requests over the step window (``samples_in_step``: how many gauge samples
+  fell inside it; with none, the figures are the value held from the last sample before the step,
+  and the tables say ``no sample``), max KV-cache use, preemptions, and prompt /
   generation tokens counted by the engine in the window, with tokens/s over the window. Sampling
   brackets the count: ``*_tokens_low`` counts only sampling intervals wholly inside the window,
   ``*_tokens_high`` every interval that overlaps it; the estimate apportions the edge intervals
@@ -112,6 +114,8 @@ def _engine_row(series: dict[tuple[Any, str], Points], pid: Any, w: StepWindow) 
     lo, hi = w.start_ns, w.end_ns
     secs = (hi - lo) / 1e9
     row: dict[str, Any] = {}
+    gauges = [p for p in (_first(series, pid, n) for n in (RUNNING, WAITING, KV)) if p]
+    row["samples_in_step"] = max((sum(1 for ts, _ in pts if lo <= ts < hi) for pts in gauges), default=0)
     for key, names in (("running", RUNNING), ("waiting", WAITING)):
         pts = _first(series, pid, names) or []
         row[f"{key}_mean"], row[f"{key}_max"] = _round(time_mean(pts, lo, hi)), _round(peak(pts, lo, hi))

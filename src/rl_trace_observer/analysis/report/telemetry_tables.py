@@ -9,6 +9,7 @@ from .rollout_tables import PlainTable
 from .style import LABELS, step_label
 
 MAX_ROWS = 64
+NO_SAMPLE = "no sample"
 
 
 def _n(value: Any, digits: int = 3) -> str:
@@ -49,19 +50,23 @@ def tables(telemetry: dict[str, Any] | None) -> list[PlainTable]:
                 "check",
             ],
             left=(10,),
-            note="running/waiting: time-weighted mean/max; gen tokens: the engine's count in the step "
+            short={1: "rep", 4: "KV", 5: "pre", 6: "gen tok", 8: "tok/s", 10: "chk"},
+            drop=(5, 4),  # a narrow terminal keeps the engine-vs-spans comparison, not preemptions/KV
+            note=f"running/waiting: time-weighted mean/max ({NO_SAMPLE}: the sampler took none in the step); "
+            "gen tokens: the engine's count in the step "
             "[sampling bracket]; tok/s over the step; check: DISAGREE when the spans' count lies outside "
             f"the bracket by more than {telemetry.get('slack_pct', 5):g}%",
         )
         for r in telemetry["engines"][:MAX_ROWS]:
             check = "—" if "disagrees" not in r else ("DISAGREE" if r["disagrees"] else "ok")
+            sampled = r.get("samples_in_step") != 0  # absent (an older report): as before
             t.rows.append(
                 [
                     step_label(r["step"]),
                     _n(r["replica"]),
-                    f"{_n(r['running_mean'], 2)}/{_n(r['running_max'])}",
-                    f"{_n(r['waiting_mean'], 2)}/{_n(r['waiting_max'])}",
-                    _n(r["kv_cache_max"], 2),
+                    f"{_n(r['running_mean'], 2)}/{_n(r['running_max'])}" if sampled else NO_SAMPLE,
+                    f"{_n(r['waiting_mean'], 2)}/{_n(r['waiting_max'])}" if sampled else NO_SAMPLE,
+                    _n(r["kv_cache_max"], 2) if sampled else "—",
                     _n(r["preemptions"]),
                     _tokens(r, "generation"),
                     _n(r.get("span_generation_tokens")),

@@ -1,4 +1,5 @@
-"""The report as terminal tables (rich). Trace-derived strings go in as ``Text``, never as markup."""
+"""The report as terminal tables (rich). Trace-derived strings go in as ``Text``, never as markup, and
+with their control characters escaped (:func:`~rl_trace_observer.common.visible.visible_tree`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ...common.visible import visible_tree
 from . import gpu_tables as gpu_render
 from .answer_tables import tables as answer_tables
 from .rollout_tables import tables as rollout_tables
@@ -24,6 +26,7 @@ from .style import (
     fmt_value,
     problem_groups,
     problem_line,
+    span_step_label,
     step_label,
 )
 from .telemetry_tables import tables as telemetry_tables
@@ -148,7 +151,7 @@ def _longest_table(summary: dict[str, Any], compact: bool) -> Table:
         row: list[str | Text] = [
             fmt_ns(s["dur_ns"]),
             _t(s["name"]),
-            step_label(s["step"]),
+            span_step_label(s["step"]),
             _t(s["process"]),
             _t(s["thread"]),
         ]
@@ -196,6 +199,7 @@ def _provenance(console: Console, summary: dict[str, Any]) -> None:
 
 
 def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
+    summary = visible_tree(summary)  # names from the trace: no ESC, NUL, CR or bidi mark reaches the tty
     src = summary["source"]
     head = Text("RL Trace Observer report", style="bold")
     head.append(f" — {src['path']}", style="")
@@ -205,6 +209,8 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
         f"{len(summary['steps'])} step(s); * = profiled step"
     )
     compact = console.width < COMPACT_BELOW
+    if src.get("missing_note"):
+        console.print(Text(f"incomplete: {src['missing_note']}", style="yellow"))
     note = gpu_render.banner(summary)
     if note:
         console.print(Text(note, style="yellow"))
@@ -235,9 +241,7 @@ def render(summary: dict[str, Any], console: Console, *, top: int = 10) -> None:
 
 def _rollout(console: Console, summary: dict[str, Any], top: int, compact: bool) -> None:
     """The rollout section (:mod:`.rollout_tables`): requests, tail, replicas, weight sync, staleness."""
-    _plain(
-        console, rollout_tables(summary.get("rollout"), slowest=top, windows=summary.get("steps")), compact
-    )
+    _plain(console, rollout_tables(summary.get("rollout"), slowest=top), compact)
 
 
 def _plain(console: Console, tables: list[Any], compact: bool) -> None:
