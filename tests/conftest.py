@@ -15,36 +15,16 @@ from typing import Any
 
 import pytest
 
+from rl_trace_observer.testing.real_traces import REAL_TRACES_REL
+from rl_trace_observer.testing.real_traces import real_traces_dir as _real_traces_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_STEPS = 3
 
-REAL_TRACES_REL = "../shared/real-traces"  # public traces written by others: read in place, never copied in
-
-
-def _main_checkout(root: Path) -> Path:
-    """The main checkout of ``root``: ``root`` itself, or for a git worktree (``.git`` is a file naming
-    ``.../.git/worktrees/<name>``) the checkout that owns it."""
-    dot_git = root / ".git"
-    if not dot_git.is_file():
-        return root
-    text = dot_git.read_text().strip()
-    if not text.startswith("gitdir:"):
-        return root
-    gitdir = (root / text.partition(":")[2].strip()).resolve()
-    common = gitdir / "commondir"
-    if common.is_file():
-        gitdir = (gitdir / common.read_text().strip()).resolve()
-    return gitdir.parent if gitdir.name == ".git" else root
-
 
 def real_traces_dir() -> Path:
-    """``../shared/real-traces`` next to the repository (for a git worktree: next to its main checkout,
-    where the shared folder sits beside the repository it belongs to)."""
-    for base in dict.fromkeys((ROOT, _main_checkout(ROOT))):
-        path = (base / REAL_TRACES_REL).resolve()
-        if path.is_dir():
-            return path
-    return (ROOT / REAL_TRACES_REL).resolve()
+    """The real public traces of this checkout (:mod:`rl_trace_observer.testing.real_traces`)."""
+    return _real_traces_dir(ROOT)
 
 
 def real_trace_sets() -> list[str]:
@@ -87,6 +67,9 @@ EXTRAS = {  # what a light install (the README's quick check: '.[test,viztracer]
     "numpy": "demo",
     "pyarrow": "shards",
     "duckdb": "sql",
+    "prometheus_client": "metrics",  # the metric sampler's Prometheus text parser (and test servers)
+    "pynvml": "metrics",  # nvidia-ml-py
+    "vllm": "vllm",
 }
 FULL_INSTALL = "scripts/bootstrap.sh installs every extra"
 
@@ -255,8 +238,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     terminalreporter.write_line(
         f"NOT CHECKED: no real traces at {real_traces_dir()} ({REAL_TRACES_REL} beside the repository): "
-        "merging real public Kineto/HTA/MTIA/SGLang/VizTracer files (tests/test_real_traces.py) and the "
-        "compiled encoder on them (tests/test_native_twins.py) were skipped",
+        "merging real public Kineto/HTA/MTIA/SGLang/VizTracer files (tests/merge/test_real_traces.py) "
+        "and the "
+        "compiled encoder on them (tests/merge/test_native_twins.py) were skipped",
         yellow=True,
         bold=True,
     )

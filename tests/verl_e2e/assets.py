@@ -18,45 +18,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+# the tokenizer is the one the real-vLLM tiny Llama uses (one builder, in the package)
+from rl_trace_observer.integrations.vllm.tiny_model import (
+    CHAT_TEMPLATE,
+    CORPUS,
+    SPECIAL_TOKENS,
+    build_tokenizer,
 )
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CORPUS = [
-    "What is 2 + 3? Let's think step by step. The answer is #### 5",
-    "Tom has 4 apples and buys 7 more. How many apples does he have? #### 11",
-    "A train travels 60 miles in 2 hours. What is its speed? #### 30",
-    "user assistant system You are a helpful assistant. Answer with the final number.",
-    "0123456789 + - * / = ( ) . , ? ! abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
-]
 
-
-def build_tokenizer(out: Path) -> int:
-    """Train and save the tokenizer; returns its vocabulary size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out))
-    return len(fast)
+__all__ = ["CHAT_TEMPLATE", "CORPUS", "SPECIAL_TOKENS", "build_all", "build_model", "build_tokenizer"]
 
 
 def build_model(out: Path, vocab_size: int) -> None:
@@ -106,12 +76,18 @@ def build_dataset(out: Path, rows: int) -> None:
     pq.write_table(pa.Table.from_pylist(records), str(out))
 
 
-def build_all(root: Path, train_rows: int = 16, val_rows: int = 4) -> dict[str, Path]:
-    """Build model, tokenizer and data under ``root``; returns their paths."""
-    model_dir = root / "tiny-qwen2"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    vocab = build_tokenizer(model_dir)
-    build_model(model_dir, vocab)
+def build_all(root: Path, train_rows: int = 16, val_rows: int = 4, model: str = "qwen2") -> dict[str, Path]:
+    """Build model, tokenizer and data under ``root``; returns their paths. ``model="llama"``: the tiny
+    Llama a real vLLM serves on CPU (one head of 64: what its CPU attention supports), bf16."""
+    if model == "llama":
+        from rl_trace_observer.integrations.vllm.tiny_model import build_tiny_llama
+
+        model_dir = build_tiny_llama(root / "tiny-llama")
+    else:
+        model_dir = root / "tiny-qwen2"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        vocab = build_tokenizer(model_dir)
+        build_model(model_dir, vocab)
     train, val = root / "train.parquet", root / "val.parquet"
     build_dataset(train, train_rows)
     build_dataset(val, val_rows)

@@ -33,17 +33,15 @@ that VERL does not ship must do for its request spans.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.replica import TokenOutput
+
+from .rollout_base import RolloutServer, ServerReplica, append_log
 
 NAME = "mock"
 MAX_NEW_TOKENS = 6
@@ -52,7 +50,6 @@ PREFILL_S = 0.003
 PER_TOKEN_S = 0.002
 SLOW_EVERY = 4  # the 2nd, 6th, 10th, ... request a server handles is slow
 SLOW_EXTRA_S = 1.0
-LOG_DIR_ENV = "MOCK_ROLLOUT_LOG_DIR"
 
 
 # ----------------------------------------------------------------- vLLM's wire format (v1 engine)
@@ -156,7 +153,17 @@ class MockEngine:
                 if done:
                     self._finished(stats, len(prompt["prompt_token_ids"]), n)
                 yield RequestOutput(request_id, list(prompt["prompt_token_ids"]), [out], done, stats)
-        _log(self.replica, request_id, slow=slow, tokens=n, prompt_tokens=len(prompt["prompt_token_ids"]))
+        append_log(
+            f"mock-server-{self.replica}.jsonl",
+            {
+                "replica": self.replica,
+                "request_id": request_id,
+                "pid": os.getpid(),
+                "slow": slow,
+                "tokens": n,
+                "prompt_tokens": len(prompt["prompt_token_ids"]),
+            },
+        )
 
     def _finished(self, stats: RequestStateStats, prompt_tokens: int, n: int) -> None:
         self.n_running -= 1
@@ -174,29 +181,15 @@ class MockEngine:
             )
 
 
-def _log(replica: int, request_id: str, **fields: Any) -> None:
-    folder = os.environ.get(LOG_DIR_ENV)
-    if not folder:
-        return
-    os.makedirs(folder, exist_ok=True)
-    line = json.dumps({"replica": replica, "request_id": request_id, "pid": os.getpid(), **fields})
-    with open(os.path.join(folder, f"mock-server-{replica}.jsonl"), "a") as f:
-        f.write(line + "\n")
-
-
-class MockLLMServer:
-    """One replica's server actor: token-in/token-out generation plus the control surface."""
+class MockLLMServer(RolloutServer):
+    """One replica's server actor on :class:`MockEngine`: token-in/token-out generation."""
 
     def __init__(self, config: Any, replica_rank: int, world_size: int) -> None:
-        self.config = config
-        self.replica_rank = replica_rank
-        self.world_size = world_size
-        self.global_steps = 0  # the weight version; the adapter moves it after every weight sync
+        super().__init__(config, replica_rank, world_size)
         self.rng = random.Random(1000 + replica_rank)
         self.engine = MockEngine(replica_rank, self.rng, metrics=_metrics(replica_rank))
-        self._prof: Any = None
 
-    async def metrics_address(self) -> str:
+    async def launch(self) -> str:
         """The server's ``host:port`` with ``/metrics`` on it (what VERL registers for a vLLM server)."""
         if self.engine.metrics is None:
             return f"127.0.0.1:{20000 + self.replica_rank}"  # nothing serves it: registered, never scraped
@@ -239,42 +232,7 @@ class MockLLMServer:
             extra_fields={"global_steps": self.global_steps, "num_cached_tokens": final.num_cached_tokens},
         )
 
-    async def set_global_steps(self, global_steps: int) -> None:
-        self.global_steps = global_steps
-
-    # ------------------------------------------------------------- control plane
-    async def wake_up(self, tags: list[str] | None = None) -> None:
-        return None
-
-    async def sleep(self) -> None:
-        return None
-
-    async def clear_kv_cache(self) -> None:
-        return None
-
-    async def release_kv_cache(self) -> None:
-        return None
-
-    async def resume_kv_cache(self) -> None:
-        return None
-
-    async def wait_for_requests_to_drain(self) -> None:
-        return None
-
-    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
-        return {"aborted_count": 0, "request_ids": []}
-
-    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict:
-        return {"aborted": False, "request_id": request_id}
-
-    async def resume_generation(self) -> None:
-        return None
-
     # ----------------------------------------------------------------- profiling
-    def _profiling_on(self) -> bool:
-        prof = getattr(self.config, "profiler", None)
-        return bool(prof is not None and prof.enable and prof.tool == "torch" and prof.save_path)
-
     async def start_profile(self, **_: Any) -> None:
         if not self._profiling_on() or self._prof is not None:
             return
@@ -298,52 +256,10 @@ class MockLLMServer:
         relocate_rollout_traces(self.config.profiler, self.replica_rank, self.world_size)
 
 
-class MockReplica(RolloutReplica):
-    """Launches one :class:`MockLLMServer` per replica next to the hybrid workers."""
+class MockReplica(ServerReplica):
+    """Launches one :class:`MockLLMServer` per replica."""
 
-    async def launch_servers(self) -> None:
-        server_cls = ray.remote(MockLLMServer)
-        server = server_cls.options(
-            name=f"mock_server_{self.replica_rank}{self.name_suffix}",
-            num_cpus=0,
-            max_concurrency=self.max_concurrency,
-        ).remote(self.config, self.replica_rank, self.world_size)
-        self.servers = [server]
-        self._server_handle = server
-        self._server_address = await server.metrics_address.remote()
-
-    async def sleep(self) -> None:
-        await asyncio.gather(*[s.sleep.remote() for s in self.servers])
-
-
-class MockServerAdapter(BaseRollout):
-    """The in-worker half (``get_rollout_class``): receives weights after each step and drops them."""
-
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, model_config, device_mesh)
-        self.sleep_level = 2
-        self.received_tensors = 0
-        # like vLLM's ServerAdapter: the replica this training rank's weights go to
-        self.replica_rank = int(os.environ.get("RANK", "0")) // max(1, self.config.tensor_model_parallel_size)
-
-    async def resume(self, tags: list[str]) -> None:
-        return None
-
-    async def release(self) -> None:
-        return None
-
-    async def update_weights(
-        self, weights: Iterable[Any] | AsyncIterator[Any], global_steps: int | None = None, **kwargs: Any
-    ) -> None:
-        if hasattr(weights, "__aiter__"):
-            async for _ in weights:  # type: ignore[union-attr]
-                self.received_tensors += 1
-        else:
-            for _ in weights:  # type: ignore[union-attr]
-                self.received_tensors += 1
-        if global_steps is not None:  # like vLLM's adapter: tell the server the new weight version
-            server = ray.get_actor(f"mock_server_{self.replica_rank}")
-            await server.set_global_steps.remote(global_steps)
+    server_class = MockLLMServer
 
 
 try:  # request spans for a rollout VERL does not ship: its server class, traced where it is defined

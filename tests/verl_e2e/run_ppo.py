@@ -23,17 +23,20 @@ def ppo_overrides(
     steps: int = 3,
     profile_steps: tuple[int, ...] = (2,),
     discrete: bool = False,
+    rollout: str = "mock",
+    response_length: int = 8,
 ) -> list[str]:
     """Hydra overrides: 2 FSDP ranks on gloo, GRPO (no critic, no reference), mock rollout."""
     profile = out_dir / "trace" / "torch"  # inside RL_TRACE_OUTPUT_DIR: one directory to merge
     steps_list = ",".join(str(s) for s in profile_steps)
+    separate = mode == "separate_async"
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={assets['train']}",
         f"data.val_files={assets['val']}",
         "data.train_batch_size=4",
         "data.max_prompt_length=64",
-        "data.max_response_length=8",
+        f"data.max_response_length={response_length}",
         "data.dataloader_num_workers=0",
         "data.filter_overlong_prompts=False",
         f"actor_rollout_ref.model.path={assets['model']}",
@@ -51,7 +54,7 @@ def ppo_overrides(
         "actor_rollout_ref.actor.profiler.enable=True",
         "actor_rollout_ref.actor.profiler.all_ranks=True",
         f"actor_rollout_ref.actor.profiler.tool_config.torch.discrete={discrete}",
-        "actor_rollout_ref.rollout.name=mock",
+        f"actor_rollout_ref.rollout.name={rollout}",
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
@@ -61,7 +64,7 @@ def ppo_overrides(
         "reward.num_workers=1",
         "trainer.device=cpu",
         "trainer.nnodes=1",
-        "trainer.n_gpus_per_node=2",
+        f"trainer.n_gpus_per_node={1 if separate else 2}",
         f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
@@ -76,10 +79,25 @@ def ppo_overrides(
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "transfer_queue.metrics.enabled=True",  # TransferQueue's own /metrics, registered by VERL
         "+ray_kwargs.ray_init.address=local",
-        "ray_kwargs.ray_init.num_cpus=8",
+        f"ray_kwargs.ray_init.num_cpus={12 if separate else 8}",  # + the standalone replica's bundle
         "+ray_kwargs.ray_init.num_gpus=2",
         "+ray_kwargs.ray_init.include_dashboard=False",
+        *(SEPARATE_ASYNC if separate else []),
     ]
+
+
+# separate_async: one training rank with its hybrid replica (it serves the warm-up batch, then sleeps:
+# hybrid switching is off by default) and one standalone replica on its own (fake) GPU, which gets the
+# weights after every step through the CPU checkpoint engine of :mod:`.cpu_checkpoint_engine` (loaded
+# through VERL's custom_backend_module). Not ``hybrid_engine=False``: VERL 0.9.1 crashes there
+# (``logger.info(..., flush=True)`` in ``PPOTrainerSeparateAsync._setup``: a TypeError).
+SEPARATE_ASYNC = [
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_store",
+    "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=tests.verl_e2e.cpu_checkpoint_engine",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+]
 
 
 def ppo_env(out_dir: Path, base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
@@ -125,10 +143,12 @@ if __name__ == "__main__":
 
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    built = build_all(out / "assets")
     mode = sys.argv[2] if len(sys.argv) > 2 else "sync"
     flags = set(sys.argv[3:])
+    real = "--vllm" in flags
+    built = build_all(out / "assets", model="llama" if real else "qwen2")
     extra = {"RL_TRACE_VIZTRACER": "1"} if "--viztracer" in flags else {}
-    overrides = ppo_overrides(built, out, mode=mode, discrete="--discrete" in flags)
+    kw = {"rollout": "vllm_cpu", "response_length": 128} if real else {}
+    overrides = ppo_overrides(built, out, mode=mode, discrete="--discrete" in flags, **kw)  # type: ignore[arg-type]
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     sys.exit(subprocess.call(cmd, env=ppo_env(out, **extra), cwd=out))
