@@ -40,9 +40,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rl_trace_observer.testing.real_traces import real_traces_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("json", "json.gz", "pftrace", "pftrace.gz")
-REAL_TRACES = ROOT.parent.parent / "shared" / "real-traces"  # /work/shared/real-traces from a worktree
+REAL_TRACES = real_traces_dir(ROOT)  # ../shared/real-traces beside the checkout (or its main checkout)
 VOLATILE = re.compile(
     r"(elapsed|seconds|_s$|memory|rss|created|wall_ns_written|dir$|bytes_to_driver|bytes_pieces|"
     r"bytes_shards|bytes_received|^bytes$|^path$|^manifest$|generated)"

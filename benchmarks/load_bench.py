@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rl_trace_observer.merge.writers._pbwire import read_varint, varint
+from rl_trace_observer.merge.output._pbwire import read_varint, varint
 
 HERE = Path(__file__).resolve().parent
 _PACKET_KINDS = {11: "track_event", 12: "interned_data", 60: "track_descriptor", 33: "trace_config"}
@@ -146,7 +146,7 @@ def typed_variant(data: bytes, intern_strings: bool = False) -> tuple[bytes, int
     """The trace with each legacy-JSON ``args`` annotation re-encoded as typed ``dict_entries``
     (:mod:`typed_args`: keys interned per sequence; with ``intern_strings`` string values too), every
     other byte kept. Returns (trace, annotations that still hold some JSON)."""
-    from rl_trace_observer.merge.writers._pbwire import ld
+    from rl_trace_observer.merge.output._pbwire import ld
     from typed_args import TypedArgs
 
     typed = TypedArgs(intern_strings)

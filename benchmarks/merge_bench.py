@@ -3,6 +3,7 @@
     python benchmarks/merge_bench.py [--run DIR | --events 10_000_000]
                                      [--formats json.gz,json,pftrace,pftrace.gz]
                                      [--workers 2] [--baseline-events 1_000_000] [--keep]
+                                     [--against GIT_REF]
 
 Generates a realistic run with ``benchmarks/gen_run.py`` (8 actor ranks; Kineto + VizTracer +
 TokenSpeed VizTracer/Proton + RL-Insight) unless ``--run`` names one, then measures, each in a fresh
@@ -28,11 +29,13 @@ merge used (parent and workers); ``M ev/cpu-s`` is events per CPU second, which 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 
 MERGE_CHILD = """
 import json, resource, sys, time
-from rl_trace_observer.merge.writers import native
+from rl_trace_observer.common import twins
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 inputs = json.loads(run) if run.startswith("[") else [run]  # a run directory, or a JSON list of files
@@ -55,7 +58,7 @@ print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest[
                   "size": res.manifest["output"]["size"], "parent_rss_kb": self_kb,
                   "worker_rss_kb": kids.ru_maxrss,
                   "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
-                  "problems": len(res.manifest["problems"]), "native": native.active(),
+                  "problems": len(res.manifest["problems"]), "native": twins.active(),
                   "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0),
                              a.get("pairing")]
                             for a in res.manifest["timeline"]["clock"].get("artifacts", [])]}))
@@ -192,6 +195,23 @@ def generated_run(run: Path | None, tmp: Path, events: int) -> Path:
     return run
 
 
+def reference_src(ref: str, tmp: Path) -> Path:
+    """``ref``'s ``src/`` (``git archive``) for the before rows; each compiled twin of this tree is
+    copied beside its source there when that source is byte-identical (else that side runs Python)."""
+    root = HERE.parent
+    dest = tmp / "ref"
+    archive = subprocess.run(["git", "archive", ref, "src"], cwd=root, check=True, capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    for built in (root / "src").rglob("*.so"):
+        rel = built.relative_to(root)
+        pyx = built.parent / (built.name.split(".", 1)[0] + ".pyx")
+        there = dest / rel.parent / pyx.name
+        if pyx.exists() and there.exists() and there.read_bytes() == pyx.read_bytes():
+            shutil.copy2(built, dest / rel)
+    return dest / "src"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an existing run directory (else one is generated)")
@@ -205,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also merge each format with RL_TRACE_NATIVE=0 (the pure-Python loops), rows marked 'py'",
     )
+    ap.add_argument(
+        "--against",
+        metavar="GIT_REF",
+        help="also merge each format with that commit's src/ (rows marked '@REF'), in the same run",
+    )
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="merge-bench-"))
     try:
@@ -215,11 +240,14 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {os.getloadavg()[0]:.1f}"
         )
         rows = []
-        modes = [("", "1"), (" py", "0")] if args.python else [("", "1")]
+        modes = [("", "1", "")] + ([(" py", "0", "")] if args.python else [])
+        if args.against:
+            modes.append((f" @{args.against}", "1", str(reference_src(args.against, tmp))))
         for fmt in args.formats.split(","):
-            for mark, flag in modes:
+            for mark, flag, src in modes:  # a commit's rows right after this tree's: the same load
                 out = tmp / f"merged.{fmt}"
-                r = _child(MERGE_CHILD, str(run), str(out), str(args.workers), env={"RL_TRACE_NATIVE": flag})
+                env = {"RL_TRACE_NATIVE": flag, **({"PYTHONPATH": src} if src else {})}
+                r = _child(MERGE_CHILD, str(run), str(out), str(args.workers), env=env)
                 ev = r["counts"]["events_read"]
                 rows.append((fmt + mark, r, ev))
                 out.unlink(missing_ok=True)
@@ -275,11 +303,19 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {what}: {before:,}/{pairs:,} ({before / pairs:.1%}) without per-artifact "
                     f"alignment, {after:,}/{pairs:,} ({after / pairs:.1%}) with it ({len(links)} files)"
                 )
-        twins = rows[0][1].get("native") or {}
-        built = ", ".join(k for k, v in twins.items() if v) or "none built"
+        built_twins = rows[0][1].get("native") or {}
+        built = ", ".join(k for k, v in built_twins.items() if v) or "none built"
         print(f"  compiled twins (rows without 'py'): {built}")
         by_fmt = {fmt: r for fmt, r, _ in rows}
-        for mark in [m for m, _ in modes]:
+        if args.against:
+            for fmt in args.formats.split(","):
+                ref, now = by_fmt[f"{fmt} @{args.against}"], by_fmt[fmt]
+                print(
+                    f"  {fmt}: this tree vs {args.against}: {ref['wall_s'] / now['wall_s']:.2f}x events/s "
+                    f"(wall), {ref['cpu_s'] / now['cpu_s']:.2f}x events per CPU s; twins there: "
+                    + (", ".join(k for k, v in (ref.get("native") or {}).items() if v) or "none")
+                )
+        for mark in [m for m, _, _ in modes]:
             a, b = by_fmt.get("pftrace.gz" + mark), by_fmt.get("json.gz" + mark)
             if a and b:
                 print(

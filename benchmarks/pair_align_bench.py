@@ -121,7 +121,7 @@ def report(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, int]:
 
 def perfetto_check(ranks: list[Any], work: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.test_pair_align_perfetto import FLOW_STATS, SCOPE_FLOWS, align_rank, write_merged
+    from tests.clock.test_pair_align_perfetto import FLOW_STATS, SCOPE_FLOWS, align_rank, write_merged
 
     from rl_trace_observer.testing.perfetto import engine as pe
 

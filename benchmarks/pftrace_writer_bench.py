@@ -26,7 +26,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 import gen_run
-from rl_trace_observer.merge.writers.pftrace import PftraceWriter
+from rl_trace_observer.merge.output.pftrace import PftraceWriter
 from rl_trace_observer.testing.tokenspeed import TokenSpeedSpec, write_rank
 
 

@@ -21,19 +21,26 @@ too), per request: added cost = mode − baseline, shown for the least disturbed
 median. Then memory: ``--inflight`` requests begun and not
 yet ended (tracemalloc: bytes per request in flight, module state before/after).
 
-Usage: ``python benchmarks/request_overhead.py [--requests 20000] [--rounds 5] [--yields 8]``
+Usage: ``python benchmarks/request_overhead.py [--requests 20000] [--rounds 5] [--yields 8]
+[--against GIT_REF]``; ``--against`` alternates rounds with that commit's ``src/`` (each round a
+fresh process) and prints before → after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -213,15 +220,8 @@ def _memory(inflight: int, out: str) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--requests", type=int, default=20000)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--yields", type=int, default=8, help="engine outputs per request (the tap's hops)")
-    ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--inflight", type=int, default=10000)
-    args = ap.parse_args()
-    os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")
+def _measure(args: argparse.Namespace) -> dict[str, list[float]]:
+    """CPU µs per request of every mode, one value per round."""
     server_cls = _server_class()
     out = tempfile.mkdtemp(prefix="request-overhead-")
     n = args.requests
@@ -241,9 +241,26 @@ def main() -> None:
         results["api"].append(_api_round(n))
         results["span"].append(_reference_round(n))
         results["empty"].append(_empty_round(n))
+    return results
+
+
+def _added(table: dict[str, float]) -> dict[str, float]:
+    base = table["baseline"]
+    return {
+        "client": table["client"] - base,
+        "server": table["server"] - base,
+        "both": table["hooks"] - base,
+        "api": table["api"] - table["empty"],
+        "loop": base,
+    }
+
+
+def _report(results: dict[str, list[float]], args: argparse.Namespace) -> None:
     med = {k: statistics.median(v) for k, v in results.items()}
     low = {k: min(v) for k, v in results.items()}  # on a shared machine the least disturbed round
-    print(f"requests per round {n}, rounds {args.rounds}, engine yields per request {args.yields}")
+    print(
+        f"requests per round {args.requests}, rounds {len(results['baseline'])}, engine yields {args.yields}"
+    )
     print(f"{'mode':<10} {'CPU µs/request: min':>20} {'median':>8}   rounds")
     for k, v in results.items():
         print(f"{k:<10} {low[k]:>20.2f} {med[k]:>8.2f}   " + " ".join(f"{x:.1f}" for x in v))
@@ -261,6 +278,67 @@ def main() -> None:
             f"{(table['hooks'] - base) / span:.1f}, client {(table['client'] - base) / span:.1f}, "
             f"server {(table['server'] - base) / span:.1f}, API {(table['api'] - table['empty']) / span:.1f}"
         )
+
+
+def _against(ref: str, args: argparse.Namespace) -> None:
+    """Rounds alternate between ``ref``'s ``src/`` (extracted with ``git archive``) and this tree's,
+    each in a fresh process running THIS script, so both sides see the same machine and the same
+    benchmark; then the added costs side by side and after/before ratios."""
+    root = Path(__file__).resolve().parent.parent
+    tmp = Path(tempfile.mkdtemp(prefix="request-overhead-ref-"))
+    archive = subprocess.run(["git", "archive", ref, "src"], cwd=root, check=True, capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp, filter="data")
+    sides = {f"before ({ref})": tmp / "src", "after (this tree)": root / "src"}
+    results: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
+    one = [
+        sys.executable, __file__, "--rounds", "1", "--json", "--requests", str(args.requests),
+        "--yields", str(args.yields), "--concurrency", str(args.concurrency),
+    ]  # fmt: skip
+    for _ in range(args.rounds):
+        for side, src in sides.items():
+            env = {**os.environ, "PYTHONPATH": str(src)}
+            done = subprocess.run(one, env=env, check=True, capture_output=True, text=True)
+            for mode, values in json.loads(done.stdout.splitlines()[-1]).items():
+                results[side].setdefault(mode, []).extend(values)
+    for side, res in results.items():
+        print(f"== {side}")
+        _report(res, args)
+    print(f"== before → after, {args.rounds} alternating rounds (CPU µs added per request)")
+    for stat, pick in (("min", min), ("median", statistics.median)):
+        before, after = ({k: pick(v) for k, v in res.items()} for res in results.values())
+        b, a = _added(before), _added(after)
+        print(
+            f"[{stat}] "
+            + ", ".join(
+                f"{k} {b[k]:.2f} → {a[k]:.2f} ({a[k] / b[k]:.2f}x)"
+                if b[k] > 0
+                else f"{k} {b[k]:.2f} → {a[k]:.2f}"
+                for k in ("client", "server", "both", "api", "loop")
+            )
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--yields", type=int, default=8, help="engine outputs per request (the tap's hops)")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--inflight", type=int, default=10000)
+    ap.add_argument("--against", metavar="GIT_REF", help="alternate rounds with this commit's src/")
+    ap.add_argument("--json", action="store_true", help="(internal) one JSON line of the rounds")
+    args = ap.parse_args()
+    os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")
+    if args.against:
+        _against(args.against, args)
+        return
+    results = _measure(args)
+    if args.json:
+        print(json.dumps(results))
+        return
+    _report(results, args)
+    out = tempfile.mkdtemp(prefix="request-overhead-")
     mem = _memory(args.inflight, out)
     print(
         f"{args.inflight} requests in flight: {mem['bytes_per_request_in_flight']:.0f} B each (held by "

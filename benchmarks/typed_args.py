@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from rl_trace_observer.merge.writers._pbwire import INT64_MAX, INT64_MIN, ld, pack_double, text, uint, varint
+from rl_trace_observer.merge.output._pbwire import INT64_MAX, INT64_MIN, ld, pack_double, text, uint, varint
 
 _BOOL = (b"\x10\x00", b"\x10\x01")  # bool_value (2, VARINT)
 _INT = b"\x20"  # int_value (4, VARINT)

