@@ -7,6 +7,7 @@ dashboard (docs/grafana/rl-trace-watch.json) returns data."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 import rl_trace_observer as rto
 from rl_trace_observer.analysis.live.figures import step_figures
-from rl_trace_observer.analysis.live.metrics import step_samples
+from rl_trace_observer.analysis.live.metrics import FAMILIES, step_samples
 from rl_trace_observer.analysis.live.options import WatchOptions
 from rl_trace_observer.analysis.live.rl_insight_targets import JOB, register_watch_endpoint
 from rl_trace_observer.analysis.live.server import WatchServer
@@ -37,6 +38,7 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus: apt-get install -y prometheus"),
 ]
 DASHBOARD = ROOT / "docs" / "grafana" / "rl-trace-watch.json"
+COUNTERS = {f for f, (kind, _) in FAMILIES.items() if kind == "counter"}
 
 
 def free_port() -> int:
@@ -149,6 +151,7 @@ def test_every_figure_of_every_step_comes_back_from_prometheus(
     tmp_path: Path, rl_insight_server: dict[str, Any], prometheus: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = LiveRun(tmp_path / "run")
+    run.add_sampler()  # two engine replicas: the dashboard's engine and KV-cache panels
     watch = Watch(WatchOptions(run.folder, tmp_path / "watch", settle_s=0))
     server = WatchServer(tmp_path / "watch", 0).start()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", rl_insight_server["url"])
@@ -182,9 +185,19 @@ def test_every_figure_of_every_step_comes_back_from_prometheus(
             seen[step] = record
         grafana = json.loads(DASHBOARD.read_text())  # while the watch is still being scraped
         exprs = [t["expr"] for p in grafana["panels"] for t in p["targets"]]
-        assert len(exprs) >= 8
-        for expr in exprs:
-            assert query(prometheus, expr), f"no data for the dashboard's query {expr}"
+        assert len(exprs) >= 12
+        served = {"rl_trace_watch_last_step", "rl_trace_watch_answer_seconds"} | {
+            n for r in seen.values() for n in step_samples(r)
+        }
+        checked = 0
+        for expr in exprs:  # every query is valid PromQL; one over series this run serves has data
+            families = set(re.findall(r"rl_trace_\w+", expr))
+            assert families <= set(FAMILIES), expr
+            got = query(prometheus, expr)
+            if families <= served | COUNTERS:
+                assert got, f"no data for the dashboard's query {expr}"
+                checked += 1
+        assert checked >= 14, checked  # GPU and staleness panels need Kineto traces / consume spans
     finally:
         server.close()
         run.close()

@@ -3,9 +3,10 @@
 Naming by Prometheus' conventions: base units (seconds, ratios), ``_seconds``/``_ratio``/``_total``
 suffixes, ``rl_trace_`` prefix. A gauge holds the figure of the LATEST answered step; the step
 number is a value (``rl_trace_watch_last_step``), never a label, and so is nothing unbounded (no
-request id): labels are role, stage, cause, replica only, so the series count stays bounded over a
-run of any length. Every figure here is a pure function of a step record (:func:`step_samples`), so
-a test can compare what Prometheus stored with the report's rows.
+request id): labels are role, stage, cause, replica, quantile and, for the GPU series, rank, device
+and kind, so the series count stays bounded by the cluster's size over a run of any length. Every
+figure here is a pure function of a step record (:func:`step_samples`), so a test can compare what
+Prometheus stored with the report's rows.
 
 Served as ``text/plain; version=0.0.4`` whatever the scraper asks for (no OpenMetrics
 negotiation: the names and values are the same either way, and nothing is rewritten).
@@ -87,7 +88,28 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "gauge",
         "Highest KV-cache use of an engine replica during the latest step.",
     ),
+    "rl_trace_step_gpu_busy_ratio": (
+        "gauge",
+        "Share of the latest step's window a rank's GPU was busy (union of its kernels and copies).",
+    ),
+    "rl_trace_step_gpu_seconds": (
+        "gauge",
+        "GPU time of a rank in a stage of the latest step, by kind (busy, compute, comm, memory, idle).",
+    ),
+    "rl_trace_step_staleness_max_lag_steps": (
+        "gauge",
+        "Largest lag, in policy versions, of a sample the trainer consumed in the latest step.",
+    ),
+    "rl_trace_step_staleness_mean_lag_steps": (
+        "gauge",
+        "Mean lag, in policy versions, of the samples the trainer consumed in the latest step.",
+    ),
+    "rl_trace_step_staleness_samples": (
+        "gauge",
+        "Samples of known policy version the trainer consumed in the latest step.",
+    ),
 }
+GPU_KINDS = ("busy", "compute", "comm", "memory", "idle")
 
 
 def _one(fig: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -125,6 +147,8 @@ def step_samples(record: dict[str, Any]) -> dict[str, list[Sample]]:
             out["rl_trace_step_critical_path_seconds"].append(({"stage": stage}, ns / NS))
     _rollout(fig, row, out)
     _weight_sync(fig, out)
+    _gpu(fig, out)
+    _staleness(fig, out)
     for eng in fig.get("telemetry.engines", []):
         labels = {"replica": str(eng.get("replica"))}
         for name, key in (
@@ -163,6 +187,35 @@ def _weight_sync(fig: dict[str, Any], out: dict[str, list[Sample]]) -> None:
             per[str(r.get("replica"))] += r.get("dur_ns") or 0
     for replica, ns in sorted(per.items()):
         out["rl_trace_step_weight_sync_replica_seconds"].append(({"replica": replica}, ns / NS))
+
+
+def _gpu(fig: dict[str, Any], out: dict[str, list[Sample]]) -> None:
+    """Per rank and device: the step's busy share, and each stage's GPU time by kind (``gpu.rows``;
+    the stage ``all`` is the whole step window, ``none`` its time outside every stage span)."""
+    for r in fig.get("gpu.rows") or []:
+        who = {"role": str(r.get("role")), "rank": str(r.get("rank")), "device": str(r.get("device"))}
+        if r.get("scope") == "step" and r.get("wall_ns"):
+            out["rl_trace_step_gpu_busy_ratio"].append((who, (r.get("busy_ns") or 0) / r["wall_ns"]))
+        for kind in GPU_KINDS:
+            if isinstance(r.get(f"{kind}_ns"), int | float):
+                labels = {**who, "stage": str(r.get("stage")), "kind": kind}
+                out["rl_trace_step_gpu_seconds"].append((labels, r[f"{kind}_ns"] / NS))
+
+
+def _staleness(fig: dict[str, Any], out: dict[str, list[Sample]]) -> None:
+    """Over every batch the trainer consumed in the step (``rollout.staleness``: samples per lag)."""
+    counts: dict[int, int] = defaultdict(int)
+    for r in fig.get("rollout.staleness") or []:
+        for lag, n in (r.get("lag_steps") or {}).items():
+            if str(lag).lstrip("-").isdigit() and isinstance(n, int):
+                counts[int(lag)] += n
+    total = sum(counts.values())
+    if not total:
+        return
+    out["rl_trace_step_staleness_samples"].append(({}, float(total)))
+    out["rl_trace_step_staleness_max_lag_steps"].append(({}, float(max(k for k, n in counts.items() if n))))
+    mean = sum(k * n for k, n in counts.items()) / total
+    out["rl_trace_step_staleness_mean_lag_steps"].append(({}, mean))
 
 
 def exposition(status: dict[str, Any]) -> str:
