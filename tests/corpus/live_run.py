@@ -117,10 +117,22 @@ class LiveRun:
         start = self.base_ns + (step - 1) * STEP_NS
         return start, start + (99 + slow) * MS
 
-    def step(self, step: int, *, finish: bool = True, slow: int = 0, sync_ms: float = SYNC_MS) -> None:
+    def step(
+        self,
+        step: int,
+        *,
+        finish: bool = True,
+        slow: int = 0,
+        sync_ms: float = SYNC_MS,
+        sync_at_ms: float = SYNC_AT_MS,
+    ) -> None:
         """Write step ``step`` (``finish=False``: its work but not its marker: a run cut mid-step;
-        ``slow``: extra ms of rank 1's update, and of the step; ``sync_ms``: its weight sync's length)."""
-        assert 0 < sync_ms <= SYNC_MS, "the sync ends by 95 ms into the step, before its last stage span"
+        ``slow``: extra ms of rank 1's update, and of the step; ``sync_ms``: its weight sync's length;
+        ``sync_at_ms``: when it starts, from the step's start — past the step's end puts it between
+        this step and the next)."""
+        inside = sync_at_ms + sync_ms <= SYNC_AT_MS + SYNC_MS  # by 95 ms, before its last stage span
+        between = 99 + slow < sync_at_ms and sync_at_ms + sync_ms < STEP_NS / MS
+        assert 0 < sync_ms <= SYNC_MS and (inside or between), (sync_at_ms, sync_ms)
         t0, t1 = self.step_window(step, slow)
         roles = {pid: role for pid, role, _, _ in PROCESSES} | {7005: "rollout"}
         for pid in self.recorders:
@@ -138,7 +150,7 @@ class LiveRun:
                 rec.span("actor_update", t0 + 61 * MS, t0 + 70 * MS + extra, lane=lane)
                 if pid == 7001:  # rank 0 pushes the weights
                     rec.span("update_weights", t0 + 85 * MS, t0 + 95 * MS, lane=lane)
-        self._weight_sync(step, t0 + SYNC_AT_MS * MS, round(sync_ms * MS))
+        self._weight_sync(step, t0 + round(sync_at_ms * MS), round(sync_ms * MS))
         if self.sampler is not None:
             self.sampler.sample(self._host_src, t0 + 20 * MS, 0, [(HOST_CPU, 100.0)])  # nothing moved
             changed = step >= 2

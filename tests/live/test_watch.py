@@ -137,6 +137,34 @@ def test_the_one_line_answer_says_when_the_weight_sync_grows(
     assert_equal_to_post_hoc(out, run.folder, tmp_path, [1, 2, 3, 4])
 
 
+def test_a_weight_sync_between_two_steps_is_the_next_steps_live_and_post_hoc(tmp_path: Path) -> None:
+    """Step 2's sync starts 1 ms after step 2 ended, 50 ms before step 3 begins: wider than the
+    watch's pad, so step 3's merge must reach back to step 2's end to hold it, as the whole run does."""
+    run = LiveRun(tmp_path / "run")
+    out = tmp_path / "watch"
+    watch = Watch(WatchOptions(run.folder, out, settle_s=0, pad_s=0.01))
+    try:
+        run.step(1)
+        assert watch.look() == [1]
+        run.step(2, sync_at_ms=150)
+        assert watch.look() == [2]
+        run.step(3)
+        assert watch.look() == [3]
+    finally:
+        run.close()
+    summary, shards = post_hoc(run.folder, tmp_path)
+    versions = {}
+    for step in (1, 2, 3):
+        record = json.loads((out / "steps" / f"step-{step}.json").read_text())
+        assert record["figures"] == _plain(step_figures(summary, step)), step
+        assert rows(out / record["piece"], step) == rows(shards, step), step
+        syncs = record["figures"].get("rollout.weight_sync.syncs", [])
+        versions[step] = sorted(s["version"] for s in syncs)
+        assert all(s["step"] == step for s in syncs)
+    assert versions == {1: [1], 2: [], 3: [2, 3]}  # step 2's sync feeds step 3: it shows there
+    assert load_state(out)["steps"]["3"]["since_ns"] == run.step_window(2)[1]
+
+
 def test_a_step_is_finished_only_settle_s_after_its_marker_was_read(tmp_path: Path) -> None:
     now = [0.0]
     run = LiveRun(tmp_path / "run")
@@ -330,12 +358,12 @@ def test_a_step_that_cannot_be_merged_is_named_and_tried_again_later(
     calls: list[int] = []
 
     def failing_once(
-        opts: Any, step: int, window: Any, revision: int = 1, skip: Any = None
+        opts: Any, step: int, window: Any, revision: int = 1, skip: Any = None, since: Any = None
     ) -> dict[str, Any]:
         calls.append(step)
         if len(calls) == 1:
             raise OSError(28, "No space left on device")
-        return real(opts, step, window, revision, skip)
+        return real(opts, step, window, revision, skip, since)
 
     monkeypatch.setattr(answer, "answer_step", failing_once)
     run = LiveRun(tmp_path / "run")

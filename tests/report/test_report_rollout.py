@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from rl_trace_observer.analysis.report import html, terminal
-from rl_trace_observer.analysis.report.rollout import latency_stats, percentile, rollout_section, tail_window
+from rl_trace_observer.analysis.report.rollout import (
+    latency_stats,
+    percentile,
+    rollout_section,
+    sync_step,
+    tail_window,
+)
 from rl_trace_observer.capture import requests as rq
 
 MS = 1_000_000
@@ -256,3 +262,27 @@ def test_requests_without_a_step_argument_take_the_window_they_ended_in(steps: i
     ]
     ro = rollout_section(spans, windows)
     assert ro is not None and [st["step"] for st in ro["steps"]] == list(range(1, steps + 1))
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 500), st.integers(1, 500)), min_size=1, max_size=6),
+    st.integers(-100, 7000),
+)
+def test_a_sync_is_the_step_holding_its_start_or_else_the_next_steps(
+    gaps_lengths: list[tuple[int, int]], start: int
+) -> None:
+    """A sync between two steps feeds the next step's rollout: it is that step's; before the first
+    step or after the last it is no step's."""
+    windows, t = [], 0
+    for n, (gap, length) in enumerate(gaps_lengths, 1):
+        windows.append((n, t + gap, t + gap + length))
+        t += gap + length
+    got = sync_step(windows, start)
+    holding = [w for w, lo, hi in windows if lo <= start < hi]
+    later = [w for w, lo, _ in windows if lo > start]
+    if holding:
+        assert got == holding[0]
+    elif start < windows[0][1] or start >= windows[-1][2]:
+        assert got is None
+    else:
+        assert got == later[0]

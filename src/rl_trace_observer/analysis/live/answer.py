@@ -32,6 +32,7 @@ def answer_step(
     window: tuple[int, int],
     revision: int = 1,
     skip_lines: dict[str, tuple[tuple[int, int], ...]] | None = None,
+    since_ns: int | None = None,
 ) -> dict[str, Any]:
     """Merge step ``step`` of the run into a new piece and view; its figures and what it used.
 
@@ -40,6 +41,10 @@ def answer_step(
     samples just before and just after it (counter deltas, gauges over the window), which a cut at
     the window's edges would drop, and the post-hoc report has them. Only the step's own rows are
     kept as its figures; the view shows the step with that much context.
+
+    ``since_ns``: the previous step's end, when it ended before this step began: the merge reaches
+    back to it, so what ran between the two steps (a weight sync: :func:`..report.rollout.sync_step`
+    gives it to this step) is in this piece as it is in the whole run, however long the gap.
 
     ``skip_lines``: byte runs of the event logs whose events all ended long before the window
     (:meth:`.seen.Seen.skip_lines`): the merge leaves them unread, so a step costs its own part of
@@ -52,8 +57,9 @@ def answer_step(
     view.parent.mkdir(parents=True, exist_ok=True)
     if piece.exists():  # left by a watch killed before it recorded this step: made again, whole
         shutil.rmtree(piece)
+    lo = window[0] if since_ns is None else min(window[0], since_ns)
     mopts = MergeOptions(
-        time_window=((window[0] - pad) / 1e9, (window[1] + pad) / 1e9),
+        time_window=((lo - pad) / 1e9, (window[1] + pad) / 1e9),
         shards=str(piece),
         skip_lines=skip_lines,
     )

@@ -18,7 +18,7 @@ STEP_LISTS: tuple[tuple[str, ...], ...] = (
     ("critical_path",),
     ("rollout", "steps"),
     ("rollout", "staleness"),
-    ("rollout", "weight_sync", "syncs"),  # each sync's step: the window holding its start
+    ("rollout", "weight_sync", "syncs"),  # each sync's step: rollout.sync_step
     ("telemetry", "engines"),
     ("telemetry", "gpus"),
     ("telemetry", "host_cpu"),

@@ -6,7 +6,8 @@ rule says has FINISHED (its marker was read at least ``settle_s`` ago — the ot
 lines of that step are flushed by then; a quiet-files rule would never fire beside a metric sampler
 that writes every second) and that is not answered yet, in step order:
 
-1. merge that step's window (± ``pad_s``, :func:`.answer.answer_step`) into a new piece of span
+1. merge that step's window (± ``pad_s``, reaching back to the previous step's end so what ran
+   between the two, a weight sync, is in it: :func:`.answer.answer_step`) into a new piece of span
    shards (``pieces/step-N``) and that step's Perfetto view (``views/step-N.pftrace``) — one call of
    the merge's public entry point with ``MergeOptions(time_window=..., shards=...)``, so the step is
    aligned with the clock data the run holds at that moment; earlier pieces are never rewritten;
@@ -103,7 +104,9 @@ class Watch:
         ):
             self.version += 1
         answered = []
+        since: int | None = None  # the previous step's end: a step's merge reaches back to it
         for window in self.seen.windows():
+            before, since = since, window.end_ns if since is None else max(since, window.end_ns)
             if window.step in self.steps:
                 continue
             first_seen = self._first_seen.setdefault(window.step, now)
@@ -111,7 +114,7 @@ class Watch:
                 now - first_seen < self.opts.settle_s or now < self._retry_at.get(window.step, 0)
             ):
                 continue
-            if self._answer(window.step, window.start_ns, window.end_ns):
+            if self._answer(window.step, window.start_ns, window.end_ns, extra={"since_ns": before}):
                 answered.append(window.step)
         self._recheck_clock()
         if self.version != self._saved_version:  # an idle look writes nothing
@@ -141,9 +144,11 @@ class Watch:
         from .answer import answer_step, skip_before
 
         latest = self.steps[max(self.steps)].get("clock_key") if self.steps else None
-        skip = self._skip_lines(skip_before(start_ns, self.opts.pad_s, latest))
+        since = (extra or {}).get("since_ns")
+        lo = start_ns if since is None else min(start_ns, since)
+        skip = self._skip_lines(skip_before(lo, self.opts.pad_s, latest))
         try:
-            record = answer_step(self.opts, step, (start_ns, end_ns), revision, skip)
+            record = answer_step(self.opts, step, (start_ns, end_ns), revision, skip, since)
         except Exception as exc:  # a step that cannot be merged now: named, tried again next look
             self.errors[step] = f"step {step}: {type(exc).__name__}: {exc}"
             self._retry_at[step] = self.clock() + RETRY_S
@@ -180,7 +185,11 @@ class Watch:
                 "identity": rec.get("identity"),
                 "revision": rec.get("revision"),
             }
-            extra = {"corrected": True, "previous": rec.get("previous", shown)}  # the first shown stays
+            extra = {
+                "corrected": True,
+                "previous": rec.get("previous", shown),  # the first shown stays
+                "since_ns": rec.get("since_ns"),
+            }
             self._answer(step, rec["start_ns"], rec["end_ns"], int(rec.get("revision", 1)) + 1, extra)
 
     def close(self) -> None:

@@ -327,10 +327,17 @@ def _step_rows(
 
 # --------------------------------------------------------------------------------- weight sync
 def sync_step(windows: Sequence[tuple[int | None, int, int]], start_ns: int) -> int | None:
-    """The step of a weight sync: the step whose window holds its start (``lo <= start < hi``), else
-    None. By time only, so the watch's piece of one step and the whole run assign it the same
-    way (the piece holds the step's marker and every sync that starts in it)."""
-    return next((w for w, lo, hi in windows if lo <= start_ns < hi), None)
+    """The step of a weight sync: the step whose window holds its start (``lo <= start < hi``); one
+    that starts between two steps' windows belongs to the step after it (the step whose rollout it
+    feeds: a 25-minute sync between steps must show in some step's figures); before the first
+    window or after the last, None. By time only, so the watch's piece of one step (which reaches
+    back to the previous step's end) and the whole run assign it the same way."""
+    inside = next((w for w, lo, hi in windows if lo <= start_ns < hi), None)
+    if inside is not None:
+        return inside
+    before = [hi for _, _, hi in windows if hi <= start_ns]
+    after = [(lo, w) for w, lo, _ in windows if lo > start_ns]
+    return min(after)[1] if before and after else None
 
 
 def _weight_sync(

@@ -196,7 +196,7 @@ def tables(rollout: dict[str, Any] | None, *, slowest: int = 10) -> list[PlainTa
             sync.rows.append(
                 [
                     _v(s["version"]),
-                    span_step_label(s["step"]),  # the window it started in (rollout.sync_step)
+                    span_step_label(s["step"]),  # the window it started in, or the next (rollout.sync_step)
                     fmt_ns(s["dur_ns"]),
                     _phases(s["trainer_phases_ns"]),
                     _v(s["slowest_replica"]),
