@@ -397,6 +397,7 @@ def test_a_step_merge_leaves_lines_that_ended_long_before_it_unread(
             assert watch.look() == [step]
     finally:
         run.close()
+    runs = json.loads(json.dumps(watch.seen.runs))  # as saved (skip_lines below folds runs in memory)
     read = [
         json.loads((out / "views" / f"step-{s}.pftrace.manifest.json").read_text())["counts"]["events_read"]
         for s in (1, 2, 3, 4)
@@ -406,7 +407,7 @@ def test_a_step_merge_leaves_lines_that_ended_long_before_it_unread(
     assert_equal_to_post_hoc(out, run.folder, tmp_path, [1, 2, 3, 4])
     # a restarted watch knows the runs too (they are in its state)
     again = Watch(WatchOptions(run.folder, out, settle_s=0, pad_s=0.05))
-    assert again.seen.runs == watch.seen.runs
+    assert json.loads(json.dumps(again.seen.runs)) == runs
 
 
 def test_a_step_shown_before_a_process_record_changed_is_answered_again_and_marked(tmp_path: Path) -> None:

@@ -1,5 +1,10 @@
 """A step's one-line answer and the alert when a step leaves the noise band of the steps before it.
 
+**The alert** uses the diff's noise model (:mod:`..report.noise`): a step's duration is outside
+the band when it differs from the mean of the (up to 5) steps before it by more than
+``2·s·√(1/n + 1)``, and by more than 5 % of that mean (steps of equal length have no spread: a
+tick of jitter is not an alert).
+
 **Weight sync growing** (verl#4896: a sync that grows over a run). A step's sync time is the sum of
 its weight syncs' durations (``rollout.weight_sync.syncs[].dur_ns``, each sync in the step whose
 window holds its start). Among the (up to 5) steps before it that synced, at least 2, it is
@@ -20,8 +25,9 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+from ..report.noise import one_step_band
+
 NOISE_STEPS = 5  # the band is drawn from at most this many steps before
-NOISE_SIGMAS = 3.0
 NOISE_FLOOR = 0.05  # relative: a band never narrower than ±5 % of the mean (steps of equal length)
 SYNC_FLOOR_NS = 1_000_000  # a sync this much longer than before (or less) is jitter, not growth
 SYNC_RISES = 3  # a climb: this many rises in a row
@@ -98,7 +104,7 @@ def sync_growth(steps: Sequence[dict[str, Any]], record: dict[str, Any]) -> str 
 
 
 def alert(steps: list[dict[str, Any]], record: dict[str, Any]) -> str | None:
-    """Why this step's duration is outside mean ± 3σ of the (up to 5) steps before it, else None."""
+    """Why this step's duration is outside the noise band of the (up to 5) steps before it, else None."""
     before = [s for s in steps if s["step"] < record["step"]][-NOISE_STEPS:]
     durs = [_dur(s) for s in before]
     durs = [d for d in durs if d]
@@ -106,7 +112,7 @@ def alert(steps: list[dict[str, Any]], record: dict[str, Any]) -> str | None:
     if len(durs) < 2 or not dur:
         return None
     mean = statistics.fmean(durs)
-    band = max(NOISE_SIGMAS * statistics.stdev(durs), NOISE_FLOOR * mean)
+    band = max(one_step_band(durs), NOISE_FLOOR * mean)
     if abs(dur - mean) <= band:
         return None
     word = "slower" if dur > mean else "faster"

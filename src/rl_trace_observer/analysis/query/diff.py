@@ -19,10 +19,11 @@ Every row has ``unit`` and ``a``/``b``/``delta``/``noise`` in it; time series al
 ``*_ns`` fields.
 
 Per series: the mean over steps of A and of B, ``delta_ns`` = B − A, ``delta_pct`` against A, and a
-noise band ``noise_ns`` = 2·√(s²_A/n_A + s²_B/n_B) from the step-to-step spread (s: the sample
-standard deviation; 0 with one step): a change inside it is ``within_noise``; ``noise_known`` is
-false when a side has exactly one step (no spread, no band: the verdict is then ``no band``, or ``same`` for
-an exact tie). Rows are ranked by how far the change is outside the band, then by size.
+noise band ``noise_ns`` = 2·√(s²_A/n_A + s²_B/n_B) (:mod:`..report.noise`, which the watch's alert
+uses too) from the step-to-step spread (s: the sample standard deviation; 0 with one step): a
+change inside it is ``within_noise``; ``noise_known`` is false when a side has exactly one step (no
+spread, no band: the verdict is then ``no band``, or ``same`` for an exact tie). Rows are ranked by
+how far the change is outside the band, then by size.
 
 Thresholds (``--fail-if``): ``KEY OP VALUE`` — KEY a series (``step``, ``trainer/update``) or a
 category (``update``: every role's), OP ``>`` or ``<``, VALUE a signed number with ``%``, ``ns``,
@@ -41,6 +42,7 @@ from typing import Any
 import orjson
 
 from ..gpu.answers import gpu_series
+from ..report.noise import noise_band
 
 SCHEMA = "rl-trace-diff/1"
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -135,7 +137,7 @@ def _stats(values: list[float]) -> tuple[float, float]:
 def _row(key: str, unit: str, va: list[float], vb: list[float]) -> dict[str, Any] | None:
     (ma, da), (mb, db) = _stats(va), _stats(vb)
     na, nb = len(va), len(vb)
-    noise = 2 * math.sqrt((da * da / na if na else 0.0) + (db * db / nb if nb else 0.0))
+    noise = noise_band(da, na, db, nb)
     delta = mb - ma
     if ma == 0 and mb == 0:
         return None
