@@ -95,3 +95,36 @@ def test_a_step_that_syncs_twice_counts_both() -> None:
     )
     assert one_line(steps[2], steps) == sync_growth(steps, steps[2])  # no stage rows: the growth alone
     assert one_line(steps[2]) == "no stage spans in this step"  # without the steps before: unknown
+
+
+def timed(step: int, dur_ns: int) -> dict[str, Any]:
+    return {"step": step, "figures": {"steps": [{"step": step, "dur_ns": dur_ns}]}}
+
+
+@given(
+    st.lists(st.integers(50 * MS, 150 * MS), min_size=2, max_size=8),
+    st.floats(-3.0, 3.0, allow_nan=False),
+)
+def test_the_alert_band_is_the_diffs_noise_model(before: list[int], k: float) -> None:
+    """The band around the steps before is ``rl-trace diff``'s 2 standard errors of the difference with
+    the new step's spread taken as theirs (2·s·√(1/n + 1)), never narrower than 5 % of their mean;
+    a step inside it is never alerted, one outside it always is."""
+    import statistics
+
+    from rl_trace_observer.analysis.live.answers_line import alert
+    from rl_trace_observer.analysis.query.diff import _row
+
+    used = before[-NOISE_STEPS:]
+    mean, sd, n = statistics.fmean(used), statistics.stdev(used), len(used)
+    band = max(2 * sd * (1 / n + 1) ** 0.5, NOISE_FLOOR * mean)
+    # diff's band between these steps and n more like them: the same rule, 2·√(s²/n + s²/n)
+    row = _row("step", "ns", [float(d) for d in used], [float(d) for d in used])
+    assert row is not None and abs(row["noise"] - 2 * sd * (2 / n) ** 0.5) < 1e-3
+    dur = round(mean + k * band)
+    if dur <= 0 or abs(abs(dur - mean) - band) < 2:  # on the edge: rounding decides
+        return
+    steps = [timed(i + 1, d) for i, d in enumerate(before)] + [timed(len(before) + 1, dur)]
+    said = alert(steps, steps[-1])
+    assert (said is not None) == (abs(dur - mean) > band), (said, dur, mean, band)
+    if said:
+        assert f"± {band / 1e9:.3f} s" in said
