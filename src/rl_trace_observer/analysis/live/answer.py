@@ -68,7 +68,7 @@ def answer_step(
     else:  # the merge's own executor default: in-process when small, else its pool
         result = merge([str(opts.run_dir)], str(view), mopts)
     merged_s = time.monotonic() - t0
-    summary = summarize(piece)
+    summary = summarize(piece, only_steps={step})  # the piece holds the step before too: not its rows
     record: dict[str, Any] = {
         "step": step,
         "figures": step_figures(summary, step),

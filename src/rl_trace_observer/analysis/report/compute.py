@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -405,11 +406,24 @@ def model(data: TraceData) -> Model:
 
 
 def build_summary(
-    data: TraceData, *, clock: dict[str, Any] | None = None, artifacts: dict[str, Any] | None = None
+    data: TraceData,
+    *,
+    clock: dict[str, Any] | None = None,
+    artifacts: dict[str, Any] | None = None,
+    only_steps: Collection[int | None] | None = None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`)."""
+    """The whole report as a JSON-ready dict (schema :data:`SCHEMA`).
+
+    ``only_steps``: compute the per-step sections (steps, answers, stragglers, telemetry, ...) for
+    these steps' windows only — the watch's piece holds the step before too, whose rows it drops.
+    Each of those sections is a loop over windows that never reads another window, so the rows of
+    the steps kept are the same as in the whole report; the rollout section still sees every window
+    (a weight sync between two steps belongs to the next: it needs the one before)."""
     m = model(data)
     spans, source, markers, work, windows, idx = m.spans, m.source, m.markers, m.work, m.windows, m.idx
+    every = windows
+    if only_steps is not None:
+        windows = [w for w in windows if w.step in only_steps]
     steps = []
     for w in windows:
         ranks = _rank_rows(idx, w)
@@ -429,11 +443,13 @@ def build_summary(
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
     rows, answer_windows = work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows]
     answers = answer_sections(rows, answer_windows)
-    metric_rows = metrics(data, windows, frozenset(s.pid for s in markers))
+    metric_rows = metrics(
+        data, every, frozenset(s.pid for s in markers)
+    )  # a sample between steps: the one before
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
     rollout = rollout_section(
         data.spans,
-        [(w.step, w.start_ns, w.end_ns) for w in windows],
+        [(w.step, w.start_ns, w.end_ns) for w in every],
         [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
     )
     gpu = gpu_section.section(m.gpu, data.gpu.untracked)

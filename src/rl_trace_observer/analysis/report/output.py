@@ -6,6 +6,7 @@ write_outputs(summary, html="r.html", json_path="r.json")
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +23,23 @@ from .shards import load_shards
 __all__ = ["summarize", "write_outputs"]
 
 
-def summarize(path: str | Path, *, manifest: str | Path | None = None, gpu: bool = True) -> dict[str, Any]:
+def summarize(
+    path: str | Path,
+    *,
+    manifest: str | Path | None = None,
+    gpu: bool = True,
+    only_steps: Collection[int | None] | None = None,
+) -> dict[str, Any]:
     """Read a merged trace (and its manifest), or merge a run directory first; return the summary
-    (``gpu=False``: without the GPU section, the benchmark's baseline).
+    (``gpu=False``: without the GPU section, the benchmark's baseline; ``only_steps``: the per-step
+    sections for these steps only, :func:`.compute.build_summary`).
 
     A file that cannot be read as it is (cut short, not one JSON document) is merged first: the
     summary then covers what the merger kept, ``source.read_error`` says why, and its artifacts
     section names the cut."""
     try:
         with resolve(path, manifest) as src:
-            return _summarize(src, gpu)
+            return _summarize(src, gpu, only_steps)
     except ShardsError as exc:  # a damaged shard document, no whole part: one line naming the file
         raise InputError(str(exc)) from None
     except TraceError as exc:
@@ -40,19 +48,22 @@ def summarize(path: str | Path, *, manifest: str | Path | None = None, gpu: bool
         error = str(exc)
     try:
         with merged_first(Path(path)) as src:
-            summary = _summarize(src, gpu)
+            summary = _summarize(src, gpu, only_steps)
     except InputError:
         raise TraceError(error) from None  # not a trace at all: the reader's own words
     summary["source"]["read_error"] = error
     return summary
 
 
-def _summarize(src: ResolvedInput, gpu: bool = True) -> dict[str, Any]:
+def _summarize(
+    src: ResolvedInput, gpu: bool = True, only_steps: Collection[int | None] | None = None
+) -> dict[str, Any]:
     data = load_shards(src.shards, gpu) if src.shards is not None else load_trace(src.trace, gpu=gpu)
     summary = build_summary(
         data,
         clock=clock_section(src.manifest, data.metadata),
         artifacts=artifacts_section(src.manifest),
+        only_steps=only_steps,
     )
     summary["source"]["path"] = str(src.merged_from or src.trace)
     summary["source"]["manifest"] = (
