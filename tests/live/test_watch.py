@@ -358,12 +358,12 @@ def test_a_step_that_cannot_be_merged_is_named_and_tried_again_later(
     calls: list[int] = []
 
     def failing_once(
-        opts: Any, step: int, window: Any, revision: int = 1, skip: Any = None, since: Any = None
+        opts: Any, step: int, window: Any, revision: int = 1, skip: Any = None
     ) -> dict[str, Any]:
         calls.append(step)
         if len(calls) == 1:
             raise OSError(28, "No space left on device")
-        return real(opts, step, window, revision, skip, since)
+        return real(opts, step, window, revision, skip)
 
     monkeypatch.setattr(answer, "answer_step", failing_once)
     run = LiveRun(tmp_path / "run")

@@ -32,7 +32,6 @@ def answer_step(
     window: tuple[int, int],
     revision: int = 1,
     skip_lines: dict[str, tuple[tuple[int, int], ...]] | None = None,
-    since_ns: int | None = None,
 ) -> dict[str, Any]:
     """Merge step ``step`` of the run into a new piece and view; its figures and what it used.
 
@@ -42,9 +41,8 @@ def answer_step(
     the window's edges would drop, and the post-hoc report has them. Only the step's own rows are
     kept as its figures; the view shows the step with that much context.
 
-    ``since_ns``: the previous step's end, when it ended before this step began: the merge reaches
-    back to it, so what ran between the two steps (a weight sync: :func:`..report.rollout.sync_step`
-    gives it to this step) is in this piece as it is in the whole run, however long the gap.
+    ``window``: the time to merge (before padding): the step's window, reaching back to the
+    previous step's end when that ended before this step began (:func:`merge_from`).
 
     ``skip_lines``: byte runs of the event logs whose events all ended long before the window
     (:meth:`.seen.Seen.skip_lines`): the merge leaves them unread, so a step costs its own part of
@@ -57,9 +55,8 @@ def answer_step(
     view.parent.mkdir(parents=True, exist_ok=True)
     if piece.exists():  # left by a watch killed before it recorded this step: made again, whole
         shutil.rmtree(piece)
-    lo = window[0] if since_ns is None else min(window[0], since_ns)
     mopts = MergeOptions(
-        time_window=((lo - pad) / 1e9, (window[1] + pad) / 1e9),
+        time_window=((window[0] - pad) / 1e9, (window[1] + pad) / 1e9),
         shards=str(piece),
         skip_lines=skip_lines,
     )
@@ -94,6 +91,13 @@ def answer_step(
             "nodes": {n.get("label"): n.get("status") for n in cluster.get("nodes") or []},
         }
     return record
+
+
+def merge_from(start_ns: int, since_ns: int | None) -> int:
+    """Where a step's merge begins: its start, or the previous step's end (``since_ns``) when that
+    came first, so what ran between the two steps (a weight sync: :func:`..report.rollout.sync_step`
+    gives it to this step) is in this step's piece as it is in the whole run, however long the gap."""
+    return start_ns if since_ns is None else min(start_ns, since_ns)
 
 
 SKIP_MARGIN_NS = 60 * 10**9  # lines skipped ended this long before the merged window (and more: skip_before)

@@ -141,14 +141,13 @@ class Watch:
     def _answer(
         self, step: int, start_ns: int, end_ns: int, revision: int = 1, extra: dict[str, Any] | None = None
     ) -> bool:
-        from .answer import answer_step, skip_before
+        from .answer import answer_step, merge_from, skip_before
 
         latest = self.steps[max(self.steps)].get("clock_key") if self.steps else None
-        since = (extra or {}).get("since_ns")
-        lo = start_ns if since is None else min(start_ns, since)
+        lo = merge_from(start_ns, (extra or {}).get("since_ns"))
         skip = self._skip_lines(skip_before(lo, self.opts.pad_s, latest))
         try:
-            record = answer_step(self.opts, step, (start_ns, end_ns), revision, skip, since)
+            record = answer_step(self.opts, step, (lo, end_ns), revision, skip)
         except Exception as exc:  # a step that cannot be merged now: named, tried again next look
             self.errors[step] = f"step {step}: {type(exc).__name__}: {exc}"
             self._retry_at[step] = self.clock() + RETRY_S

@@ -443,9 +443,8 @@ def build_summary(
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
     rows, answer_windows = work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows]
     answers = answer_sections(rows, answer_windows)
-    metric_rows = metrics(
-        data, every, frozenset(s.pid for s in markers)
-    )  # a sample between steps: the one before
+    # every window: a driver's sample logged between two steps is the earlier step's
+    metric_rows = metrics(data, every, frozenset(s.pid for s in markers))
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
     rollout = rollout_section(
         data.spans,
