@@ -32,15 +32,17 @@ MAX_SEGMENTS = 200
 def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     lo, hi = w.start_ns, w.end_ns
     order = {lane: i for i, lane in enumerate(sorted({(s.role, s.lane) for s in spans}, key=_lane_key))}
-    clipped = [
-        (min(s.end_ns, hi), min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], _track(s), s)
-        for s in spans
-        if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns  # zero-length spans wait for nothing
-    ]
-    # the last of equal ends: longest, then first lane, then first track: never the spans' order, which
-    # differs between a merge of the whole run and a live watch's piece of one step
-    clipped.sort(key=lambda c: c[:4])
-    ends = [c[0] for c in clipped]
+
+    def rank(s: WorkSpan) -> tuple[int, int, tuple[int, int, str]]:
+        """Among spans of one end: the longest, then the first lane, then the first track — never the
+        spans' order, which differs between a merge of the whole run and a live watch's piece."""
+        return (min(s.end_ns, hi) - max(s.start_ns, lo), -order[(s.role, s.lane)], _track(s))
+
+    # zero-length spans wait for nothing; sorted by end alone (clipping keeps that order): ties are
+    # settled by ``rank`` only among the few spans of the end the walk reaches, not for every span
+    live = [s for s in spans if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns]
+    live.sort(key=_end)
+    ends = [e if e < hi else hi for e in map(_end, live)]
     segments: list[dict[str, Any]] = []
     t = hi
     while t > lo:
@@ -48,15 +50,21 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
         if k < 0:
             segments.append(_segment(None, lo, t))
             break
-        end, _, _, _, s = clipped[k]
+        end = ends[k]
+        first = bisect.bisect_left(ends, end, 0, k)
+        s = max(reversed(live[first : k + 1]), key=rank)  # the last of equals, as a stable sort's
         if end < t:
             segments.append(_segment(None, end, t))
         start = max(s.start_ns, lo)
         segments.append(_segment(s, start, end))
         t = start
-        del clipped[k:], ends[k:]  # anything ending after ``start`` ran concurrently: never on the path
+        del live[first:], ends[first:]  # anything ending after ``start`` ran concurrently: never on the path
     segments.reverse()
     return segments
+
+
+def _end(s: WorkSpan) -> int:
+    return s.end_ns
 
 
 def _track(s: WorkSpan) -> tuple[int, int, str]:

@@ -56,22 +56,43 @@ class _StepSets:
         self.productive: dict[Lane, list[iv.Interval]] = {}
         self.overhead: dict[Lane, list[iv.Interval]] = {}
         self.wasted: dict[Lane, list[iv.Interval]] = {}
-        sync, gen, train = [], [], []
-        for lane, spans in lanes.items():
-            inside = [
-                (s, (max(s.start_ns, lo), min(s.end_ns, hi)))
-                for s in spans
-                if s.start_ns < hi and s.end_ns > lo
-            ]
-            self.work[lane] = iv.union(i for s, i in inside if s.bucket != "idle")
-            self.productive[lane] = iv.union(i for s, i in inside if _in_bucket(s, "productive", PRODUCTIVE))
-            self.overhead[lane] = iv.union(i for s, i in inside if _in_bucket(s, "overhead", OVERHEAD))
-            self.wasted[lane] = iv.union(i for s, i in inside if s.bucket == "wasted")
-            sync += [i for s, i in inside if s.stage == "weight_sync"]
-            if kinds[lane] == ROLLOUT:
-                gen += [i for s, i in inside if s.stage == "generation"]
-            if kinds[lane] == TRAINER:
-                train += [i for s, i in inside if s.stage in ("log_prob", "update")]
+        sync: list[iv.Interval] = []
+        gen: list[iv.Interval] = []
+        train: list[iv.Interval] = []
+        for lane, spans in lanes.items():  # one pass per lane (this runs for every live step)
+            kind = kinds[lane]
+            work, prod, over, wasted = [], [], [], []
+            for s in spans:
+                a, b = s.start_ns, s.end_ns
+                if a >= hi or b <= lo:
+                    continue
+                i = (a if a > lo else lo, b if b < hi else hi)
+                bucket, stage = s.bucket, s.stage
+                if bucket is None:
+                    work.append(i)
+                    if stage in PRODUCTIVE:
+                        prod.append(i)
+                    if stage in OVERHEAD:
+                        over.append(i)
+                else:
+                    if bucket != "idle":
+                        work.append(i)
+                    if bucket == "productive":
+                        prod.append(i)
+                    elif bucket == "overhead":
+                        over.append(i)
+                    elif bucket == "wasted":
+                        wasted.append(i)
+                if stage == "weight_sync":
+                    sync.append(i)
+                elif kind == ROLLOUT and stage == "generation":
+                    gen.append(i)
+                elif kind == TRAINER and (stage == "log_prob" or stage == "update"):
+                    train.append(i)
+            self.work[lane] = iv.union(work)
+            self.productive[lane] = iv.union(prod)
+            self.overhead[lane] = iv.union(over)
+            self.wasted[lane] = iv.union(wasted)
         self.sync, self.gen, self.train = iv.union(sync), iv.union(gen), iv.union(train)
         # What blocks a lane where it is idle: the work of its role's lanes, and of every worker lane.
         # Its own work is in them too, but never where it is idle (its idle time is the window minus

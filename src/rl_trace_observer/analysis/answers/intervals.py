@@ -2,24 +2,36 @@
 
 Every figure the report gives is a length of a union, intersection or difference of such sets, so
 overlapping spans are never counted twice and rounding never enters (all values are ``int``).
+
+``intersect`` and ``subtract`` jump into the second set by bisection instead of walking it: the
+idle causes test each lane's few idle gaps against one run-wide union of tens of thousands of
+intervals, 64 lanes a step (a linear walk per lane was a quarter of a live step's report).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
+from operator import itemgetter
 
 Interval = tuple[int, int]
+_END = itemgetter(1)
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint, non-touching intervals covering exactly the input; empty ones dropped."""
     out: list[Interval] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
+    last_end = 0
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if out and start <= last_end:
+            if end > last_end:
                 out[-1] = (out[-1][0], end)
+                last_end = end
         else:
             out.append((start, end))
+            last_end = end
     return out
 
 
@@ -30,20 +42,29 @@ def length(intervals: Iterable[Interval]) -> int:
 
 def clip(intervals: Iterable[Interval], lo: int, hi: int) -> list[Interval]:
     """The parts of ``intervals`` inside ``[lo, hi)``."""
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if s < hi and e > lo]
+    return [(s if s > lo else lo, e if e < hi else hi) for s, e in intervals if s < hi and e > lo]
+
+
+def _first_after(b: list[Interval], at: int, lo: int) -> int:
+    """Index of the first interval of the union ``b`` (from ``lo`` on) that ends after ``at``."""
+    return bisect_right(b, at, lo, len(b), key=_END)
 
 
 def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """Intersection of two unions (sorted, disjoint inputs), by a linear merge."""
+    """Intersection of two unions (sorted, disjoint inputs)."""
+    if len(a) > len(b):
+        a, b = b, a  # the result is symmetric: bisect into the longer one
     out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if start < end:
-            out.append((start, end))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
+    j, n = 0, len(b)
+    for start, end in a:
+        j = _first_after(b, start, j)
+        while j < n:
+            bs, be = b[j]
+            if bs >= end:
+                break
+            out.append((start if start > bs else bs, end if end < be else be))
+            if be > end:
+                break
             j += 1
     return out
 
@@ -54,18 +75,21 @@ def covered(intervals: Iterable[Interval], lo: int, hi: int) -> int:
 
 
 def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """``a`` minus ``b`` (both unions: sorted, disjoint), by a linear merge."""
+    """``a`` minus ``b`` (both unions: sorted, disjoint)."""
     out: list[Interval] = []
-    j = 0
+    j, n = 0, len(b)
     for start, end in a:
         cur = start
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
+        j = _first_after(b, cur, j)
         k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
+        while k < n:
+            bs, be = b[k]
+            if bs >= end:
+                break
+            if bs > cur:
+                out.append((cur, bs))
+            if be > cur:
+                cur = be
             k += 1
         if cur < end:
             out.append((cur, end))

@@ -145,16 +145,28 @@ class _Index:
         )
         self.spans_of: dict[Who, list[Span]] = defaultdict(list)
         self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
+        # keyed by plain (role, lane) tuples while filling: a frozen dataclass hashes in Python, four
+        # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
+        by_cat: dict[tuple[str, str], dict[str, list[iv.Interval]]] = {}
+        of: dict[tuple[str, str], list[Span]] = {}
         roles: dict[Any, str] = {}
         for s in spans:
             role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
-            who = Who(role, lane_of(data, s))
+            key = (role, lane_of(data, s))
             cat = classify(s.name)
-            interval = (s.start_ns, s.end_ns)
-            self.by_who_cat[who][cat].append(interval)
-            self.by_who_name[(role, s.name)][who.lane].append(interval)
-            self.spans_of[who].append(s)
+            interval = (s.start_ns, s.start_ns + s.dur_ns)
+            cats = by_cat.get(key)
+            if cats is None:
+                cats = by_cat[key] = defaultdict(list)
+                of[key] = []
+            cats[cat].append(interval)
+            self.by_who_name[(role, s.name)][key[1]].append(interval)
+            of[key].append(s)
             self.all_by_cat[cat].append(interval)
+        for key, cats in by_cat.items():
+            who = Who(*key)
+            self.by_who_cat[who] = cats
+            self.spans_of[who] = of[key]
         self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, _natural(w.lane)))
 
 
