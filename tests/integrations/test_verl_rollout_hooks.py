@@ -467,8 +467,8 @@ def test_engine_tap_keeps_the_first_item_then_runs_no_python_per_item() -> None:
 
     got, first = asyncio.run(consume())
     assert got == list(range(50)) and first == 0
-    assert calls.count("__anext__") == 1
-    assert len(calls) <= 2, calls  # __aiter__ + the __anext__ coroutine for item 0; nothing for items 1..49
+    assert calls.count("_first") == 1 and "__anext__" in calls[:2]
+    assert len(calls) <= 3, calls  # __anext__ + _first for item 0; nothing for items 1..49
 
     async def empty() -> Any:
         call = rollout_servers._Call()

@@ -46,7 +46,6 @@ from typing import Any, NamedTuple
 
 from ..common.encoding import dumps_line as _dumps_line
 from ..common.encoding import dumps_line_str_keys as _dumps_str_keys
-from . import recorder as _recorder_mod
 from .clock import wall_minus_mono_ns as wall_minus_mono
 from .recorder import Recorder, get_recorder
 
@@ -68,7 +67,6 @@ __all__ = [
     "enabled",
     "end_client",
     "end_server",
-    "engine_ns_from_vllm",
     "mark_version",
     "phase_spans",
     "phases_from_sglang",
@@ -208,22 +206,12 @@ _NO_PHASES = EnginePhases()
 
 
 def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
-    """The request's slot and start; ``fields`` become its args. Hooks that build ``fields`` in
-    :func:`begin_server`'s order (``replica`` last) may call this directly: one frame, not three."""
-    rec = _recorder_mod._RECORDER  # get_recorder's own fast path, without its call
+    rec = _active()
     if rec is None:
-        rec = get_recorder()  # the first use in this process (or capture is off)
-        if rec is None:
-            return None
-    pool = _pools.get(replica)
-    if pool is None or pool.rec is not rec:  # else this recorder made it: its requests switch is on
-        if not rec.config.requests:
-            return None
-        pool = None
+        return None
     try:
         rid = str(rid)
-        if pool is None:
-            pool = _pool(rec, replica)
+        pool = _pool(rec, replica)
         fields["request_id"] = rid
         free = pool.free
         slot = _heappop(free) if free else pool.take()  # inline: the common case is a free slot
@@ -256,84 +244,63 @@ def begin_server(
     return _begin(request_id, replica, fields)
 
 
-def _write_span(req: Request, name: str, flow: str) -> None:
-    """The span, ending now, from ``req.args`` (the end fields already in), written straight to the
-    event log; then the slot goes back. Never raises. This runs once per request per side: hooks that
-    put their end fields into ``req.args`` themselves (``None`` values left out, as
-    :func:`end_server`/:func:`end_client` do) call it directly (``SERVER_SPAN``, ``"flow_in"``)."""
-    end_ns = _time_ns()
+def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) -> None:
+    """The span, written straight to the event log: this runs once per request per side."""
     pool = req.pool
+    args = req.args
+    for key, value in more.items():
+        if value is not None:
+            args[key] = value
+    slot = req.slot
+    tids = pool.tids
+    tid = tids[slot] if slot < len(tids) else pool.tid(slot)
+    start = req.start_ns
+    dur = end_ns - start
     rec = pool.rec
+    event = {
+        "ph": "X",
+        "cat": REQUEST_CAT,
+        "name": name,
+        "pid": rec.pid,
+        "tid": tid,
+        "ts": start / 1000,
+        "dur": (dur if dur > 0 else 0) / 1000,
+        "ts_ns": start,
+        "dur_ns": dur,
+        "bind_id": FLOW_PREFIX + req.id,
+        flow: True,
+        "args": args,
+    }
     try:
-        slot = req.slot
-        tids = pool.tids
-        tid = tids[slot] if slot < len(tids) else pool.tid(slot)
-        start = req.start_ns
-        dur = end_ns - start
-        event = {
-            "ph": "X",
-            "cat": REQUEST_CAT,
-            "name": name,
-            "pid": rec.pid,
-            "tid": tid,
-            "ts": start / 1000,
-            "dur": (dur if dur > 0 else 0) / 1000,
-            "ts_ns": start,
-            "dur_ns": dur,
-            "bind_id": FLOW_PREFIX + req.id,
-            flow: True,
-            "args": req.args,
-        }
+        line = _dumps_str_keys(event)
+    except TypeError:  # a non-str key in the caller's args: the general encoder
         try:
-            line = _dumps_str_keys(event)
-        except TypeError:  # a non-str key in the caller's args: the general encoder
-            try:
-                line = _dumps_line(event)
-            except Exception:
-                rec.write_event(event)
-                return
-        except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
+            line = _dumps_line(event)
+        except Exception:
             rec.write_event(event)
             return
-        rec.events.write_line(line)
-    except Exception as exc:
-        _problem(rec, "end", exc)
-    finally:
-        slot = req.slot
-        if slot < MAX_SLOTS:  # _Slots.give, inline
-            _heappush(pool.free, slot)
-
-
-def _end_fields(
-    req: Request, args: dict[str, Any] | None, fields: dict[str, Any], phases: EnginePhases | None = None
-) -> bool:
-    """The end fields (a dict ``args`` and/or keywords) without their ``None`` values into the
-    span's args, then ``engine_ns``; False (reported, slot given back, no span) if that failed."""
-    try:
-        if args is not None:
-            if fields:
-                args.update(fields)
-            fields = args
-        span = req.args
-        for key, value in fields.items():
-            if value is not None:
-                span[key] = value
-        if phases is not None:  # four edges unless the engine told its arrival too
-            span["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
-        return True
-    except Exception as exc:
-        _problem(req.pool.rec, "end", exc)
-        slot = req.slot
-        if slot < MAX_SLOTS:
-            _heappush(req.pool.free, slot)
-        return False
+    except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
+        rec.write_event(event)
+        return
+    rec.events.write_line(line)
 
 
 def end_client(req: Request | None, args: dict[str, Any] | None = None, **fields: Any) -> None:
     """The answer arrived (``response_tokens``, ``replica``, ``version``, ``status``, ...; or a dict
     ``args``); ``None`` values are left out."""
-    if req is not None and _end_fields(req, args, fields):
-        _write_span(req, CLIENT_SPAN, "flow_out")
+    if req is None:
+        return
+    try:
+        if args is not None:
+            args.update(fields)
+            fields = args
+        _end(req, CLIENT_SPAN, "flow_out", fields, _time_ns())
+    except Exception as exc:
+        _problem(req.pool.rec, "end", exc)
+    finally:
+        slot = req.slot
+        if slot < MAX_SLOTS:  # _Slots.give, inline
+            _heappush(req.pool.free, slot)
 
 
 def end_server(
@@ -347,8 +314,22 @@ def end_server(
     ``engine_ns`` = [queued, scheduled, first token, last token]: the merger draws them as nested
     ``queue``/``prefill``/``decode`` sub-spans and the report reads them, both clipping with
     :func:`phase_spans` (no event and no arithmetic here)."""
-    if req is not None and _end_fields(req, args, fields, phases):
-        _write_span(req, SERVER_SPAN, "flow_in")
+    if req is None:
+        return
+    try:
+        if args is not None:
+            if fields:
+                args.update(fields)
+            fields = args
+        if phases is not None:  # four edges unless the engine told its arrival too
+            fields["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
+        _end(req, SERVER_SPAN, "flow_in", fields, _time_ns())
+    except Exception as exc:
+        _problem(req.pool.rec, "end", exc)
+    finally:
+        slot = req.slot
+        if slot < MAX_SLOTS:  # _Slots.give, inline
+            _heappush(req.pool.free, slot)
 
 
 def phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
@@ -398,76 +379,28 @@ def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> 
     """vLLM's ``RequestOutput.metrics`` (``RequestStateStats``): ``queued_ts``, ``scheduled_ts``,
     ``first_token_ts``, ``last_token_ts`` are the engine core's ``time.monotonic()`` seconds (0 when
     unset), converted to wall ns with this host's offset (engine core and server share a host);
-    ``arrival_time`` is the front end's ``time.time()`` seconds, where vLLM's e2e latency starts."""
+    ``arrival_time`` is the front end's ``time.time()`` seconds, where vLLM's e2e latency starts.
+    Written out per edge (no helper calls): it runs once per request on the server."""
     if metrics is None:
         return None
     offset = engine_offset_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
-    edges = _vllm_edges(metrics, offset)
-    return None if edges is None else _new_phases(EnginePhases, edges)
-
-
-def engine_ns_from_vllm(metrics: Any) -> list[int | None] | None:
-    """What :func:`end_server` writes as ``engine_ns`` for ``phases_from_vllm(metrics)``, built
-    without the ``EnginePhases`` in between (the server hook's path: once per request)."""
-    if metrics is None:
-        return None
-    value, read_at = _offset  # engine_offset_ns's fast path, inline
-    if _mono_ns() - read_at > OFFSET_TTL_NS:
-        value = engine_offset_ns()
-    edges = _vllm_edges(metrics, value)
-    if edges is not None and edges[4] is None:
-        del edges[4]  # four edges unless the engine told its arrival too
-    return edges
-
-
-def _vllm_edges(metrics: Any, offset: int) -> list[int | None] | None:
-    """[queued, scheduled, first token, last token, arrival] in wall ns, or None if none is set.
-    Written out per edge (no helper calls): it runs once per request on the server."""
-    try:
-        q = metrics.queued_ts
-        s = metrics.scheduled_ts
-        f = metrics.first_token_ts
-        t = metrics.last_token_ts
-        a = metrics.arrival_time
-    except AttributeError:  # not all of vLLM's fields: each one that is there
-        q = getattr(metrics, "queued_ts", None)
-        s = getattr(metrics, "scheduled_ts", None)
-        f = getattr(metrics, "first_token_ts", None)
-        t = getattr(metrics, "last_token_ts", None)
-        a = getattr(metrics, "arrival_time", None)
-    if (
-        type(q) is float
-        and type(s) is float
-        and type(f) is float
-        and type(t) is float
-        and type(a) is float
-        and 0.0 < q < 1e12  # _MAX_S
-        and 0.0 < s < 1e12
-        and 0.0 < f < 1e12
-        and 0.0 < t < 1e12
-        and 1e9 < a < 1e10
-    ):  # a finished request's usual stats: every edge set
-        q = round(q * 1e9) + offset
-        a = round(a * 1e9)
-        # the front end stamps arrival before the core queues: a later arrival is the wall/monotonic
-        # conversion's error (µs), not time spent; keep the edge, empty
-        return [
-            q,
-            round(s * 1e9) + offset,
-            round(f * 1e9) + offset,
-            round(t * 1e9) + offset,
-            a if a <= q else q,
-        ]
+    q = getattr(metrics, "queued_ts", None)
+    s = getattr(metrics, "scheduled_ts", None)
+    f = getattr(metrics, "first_token_ts", None)
+    t = getattr(metrics, "last_token_ts", None)
+    a = getattr(metrics, "arrival_time", None)
     q = round(q * 1e9) + offset if (type(q) is float or type(q) is int) and 0 < q < _MAX_S else None
     s = round(s * 1e9) + offset if (type(s) is float or type(s) is int) and 0 < s < _MAX_S else None
     f = round(f * 1e9) + offset if (type(f) is float or type(f) is int) and 0 < f < _MAX_S else None
     t = round(t * 1e9) + offset if (type(t) is float or type(t) is int) and 0 < t < _MAX_S else None
     a = round(a * 1e9) if (type(a) is float or type(a) is int) and 1e9 < a < 1e10 else None
     if a is not None and q is not None and a > q:
-        a = q  # as above
+        # the front end stamps arrival before the core queues: a later arrival is the wall/monotonic
+        # conversion's error (µs), not time spent; keep the edge, empty
+        a = q
     if q is None and s is None and f is None and t is None and a is None:
         return None
-    return [q, s, f, t, a]
+    return _new_phases(EnginePhases, (q, s, f, t, a))
 
 
 def preemptions_from_vllm(metrics: Any) -> int:
