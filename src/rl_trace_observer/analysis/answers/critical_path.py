@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from operator import attrgetter
 from typing import Any
 
 from .model import StepWindow, WorkSpan, natural
+
+_end = attrgetter("end_ns")
 
 GAP = "gap"
 WHAT_IF_PCT = (10, 25, 50)
@@ -61,10 +64,6 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
         del live[first:], ends[first:]  # anything ending after ``start`` ran concurrently: never on the path
     segments.reverse()
     return segments
-
-
-def _end(s: WorkSpan) -> int:
-    return s.end_ns
 
 
 def _track(s: WorkSpan) -> tuple[int, int, str]:

@@ -30,12 +30,6 @@ from typing import Any
 from . import intervals as iv
 from .model import OVERHEAD, PRODUCTIVE, ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds
 
-
-def _in_bucket(s: WorkSpan, bucket: str, stages: frozenset[str]) -> bool:
-    """Its own ``rl.bucket`` when it has one, else its stage's."""
-    return s.bucket == bucket if s.bucket is not None else s.stage in stages
-
-
 CAUSES = (
     "weight_sync",
     "waiting_for_rollout",
@@ -68,7 +62,7 @@ class _StepSets:
                     continue
                 i = (a if a > lo else lo, b if b < hi else hi)
                 bucket, stage = s.bucket, s.stage
-                if bucket is None:
+                if bucket is None:  # by its stage; a span's own ``rl.bucket`` wins over its stage
                     work.append(i)
                     if stage in PRODUCTIVE:
                         prod.append(i)

@@ -5,7 +5,7 @@ overlapping spans are never counted twice and rounding never enters (all values 
 
 ``intersect`` and ``subtract`` jump into the second set by bisection instead of walking it: the
 idle causes test each lane's few idle gaps against one run-wide union of tens of thousands of
-intervals, 64 lanes a step (a linear walk per lane was a quarter of a live step's report).
+intervals, 64 lanes a step (a linear walk per lane cost 0.5 s of a 100k-event step's 3.4 s report).
 """
 
 from __future__ import annotations

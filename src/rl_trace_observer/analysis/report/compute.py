@@ -154,7 +154,7 @@ class _Index:
             role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
             key = (role, lane_of(data, s))
             cat = classify(s.name)
-            interval = (s.start_ns, s.start_ns + s.dur_ns)
+            interval = (s.start_ns, s.end_ns)
             cats = by_cat.get(key)
             if cats is None:
                 cats = by_cat[key] = defaultdict(list)

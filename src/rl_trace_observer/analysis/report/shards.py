@@ -101,7 +101,9 @@ def _part(
     is_stage = pc.is_in(pc.fill_null(slices.column("name"), ""), value_set=_strings(stage_names))
     for prefix in STAGE_CATEGORIES:  # every prefix the JSON loader keeps (rl_trace.*: request spans)
         is_stage = pc.or_(is_stage, pc.starts_with(cat, prefix))
-    kept.extend(_stage_spans(slices.filter(is_stage), base))
+    for row in slices.filter(is_stage).to_pylist():
+        span = _span(row, base, with_args=True)
+        kept.append((row["job"], row["ordinal"], span))
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
@@ -112,19 +114,6 @@ def _part(
     begins_ends.extend(table.filter(pc.is_in(ph, value_set=_strings(["B", "E"]))).to_pylist())
 
 
-def _stage_spans(table: Any, base: int) -> list[tuple[int, int, Span]]:
-    """``(job, ordinal, span)`` of every row, read column by column (a dict per row cost a sixth
-    of a live step's report)."""
-    cols = [table.column(c).to_pylist() for c in _SPAN_COLUMNS]
-    out = []
-    for name, cat, pid, tid, ts, dur, job, ordinal, args in zip(*cols, strict=True):
-        span = Span(name or "", cat or "", pid, tid, ts - base, dur if dur is not None and dur > 0 else 0)
-        span.args = _args(args)
-        out.append((job, ordinal, span))
-    return out
-
-
-_SPAN_COLUMNS = ("name", "category", "trace_pid", "trace_tid", "ts_ns", "dur_ns", "job", "ordinal", "args")
 _STREAM = r'"stream"\s*:\s*(?P<v>-?\d+)\s*[,}]'
 _CORRELATION = r'"correlation"\s*:\s*(?P<v>-?\d+)\s*[,}]'
 
