@@ -165,8 +165,10 @@ def kill_safe_pieces(data: bytes, offset: int, page: int = PAGE) -> Iterator[int
     the file. A 4 MiB write killed that way left a file ending inside a line (measured after a
     frozen disk thawed, issue 34). A write that lies within one page is copied in one go, all or
     nothing. So every piece is either whole lines within one page, or the one line that crosses a
-    page boundary (the only place a kill can still cut, between its two page copies: a window of
-    nanoseconds instead of a whole large write). Two writes per page, about; each a few µs.
+    page boundary: the only place a kill can still cut, between its two page copies — a point that
+    preemption or dirty-page throttling widens under load (3 of 25 kills after a thaw, two busy
+    cores beside), so the file may end in that one torn line, at a page boundary; :meth:`open`
+    repairs it. Two writes per page, about; each a few µs.
     """
     n = len(data)
     i = 0
