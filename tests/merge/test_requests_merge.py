@@ -8,6 +8,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -161,7 +162,8 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
             pool = rq._Slots(rec, "requests " if name == rq.CLIENT_SPAN else f"replica_{replica} requests ")
             slot = i % 4  # four lanes, each holding requests that never overlap on it
             req = rq.Request(rid, lo, pool, slot, {"request_id": rid, **args})
-            rq._end(req, name, flow, {}, hi)
+            with mock.patch.object(rq, "_time_ns", lambda end=hi: end):  # the span ends at ``hi``
+                rq._write_span(req, name, flow)
     for rec in (agent, *servers.values()):
         rec.close()
     yield out, rids

@@ -42,11 +42,20 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..common.encoding import dumps_line as _dumps_line
 from ..common.encoding import dumps_line_str_keys as _dumps_str_keys
-from .clock import wall_minus_mono_ns as wall_minus_mono
+from . import recorder as _recorder_mod
+from .engine_times import (
+    EnginePhases,
+    engine_ns_from_vllm,
+    engine_offset_ns,
+    phase_spans,
+    phases_from_sglang,
+    phases_from_vllm,
+    preemptions_from_vllm,
+)
 from .recorder import Recorder, get_recorder
 
 __all__ = [
@@ -67,10 +76,13 @@ __all__ = [
     "enabled",
     "end_client",
     "end_server",
+    "engine_ns_from_vllm",
+    "engine_offset_ns",
     "mark_version",
     "phase_spans",
     "phases_from_sglang",
     "phases_from_vllm",
+    "preemptions_from_vllm",
     "weight_sync",
 ]
 
@@ -84,7 +96,6 @@ RUN_SCOPE_PREFIX = "rl-trace:"  # bind ids with this prefix are one flow id acro
 FLOW_PREFIX = RUN_SCOPE_PREFIX + "request/"
 VERSION_EVENT = "weight_version"
 MAX_SLOTS = 16384  # per side and process: lanes beyond are one overflow lane
-_MAX_S = 1e12  # a monotonic or epoch time in seconds beyond this (or NaN) is garbage, not a time
 
 _time_ns = time.time_ns
 _heappop = heapq.heappop
@@ -189,29 +200,23 @@ class Request:
         self.args = args
 
 
-class EnginePhases(NamedTuple):
-    """An engine's own per-request times, wall-clock epoch ns (``None``: not reported)."""
-
-    queued_ns: int | None = None
-    scheduled_ns: int | None = None
-    first_token_ns: int | None = None
-    last_token_ns: int | None = None
-    # vLLM: the request's arrival in the engine's front end (``RequestStateStats.arrival_time``, where
-    # vLLM's e2e latency starts); before ``queued_ns`` by the hand-over to the engine core, which
-    # waits while the core is busy in a step. Last, so four-edge phases keep their meaning.
-    arrival_ns: int | None = None
-
-
-_NO_PHASES = EnginePhases()
-
-
 def _begin(rid: Any, replica: Any, fields: dict[str, Any]) -> Request | None:
-    rec = _active()
+    """The request's slot and start; ``fields`` become its args. Hooks that build ``fields`` in
+    :func:`begin_server`'s order (``replica`` last) may call this directly: one frame, not three."""
+    rec = _recorder_mod._RECORDER  # get_recorder's own fast path, without its call
     if rec is None:
-        return None
+        rec = get_recorder()  # the first use in this process (or capture is off)
+        if rec is None:
+            return None
+    pool = _pools.get(replica)
+    if pool is None or pool.rec is not rec:  # else this recorder made it: its requests switch is on
+        if not rec.config.requests:
+            return None
+        pool = None
     try:
         rid = str(rid)
-        pool = _pool(rec, replica)
+        if pool is None:
+            pool = _pool(rec, replica)
         fields["request_id"] = rid
         free = pool.free
         slot = _heappop(free) if free else pool.take()  # inline: the common case is a free slot
@@ -244,63 +249,84 @@ def begin_server(
     return _begin(request_id, replica, fields)
 
 
-def _end(req: Request, name: str, flow: str, more: dict[str, Any], end_ns: int) -> None:
-    """The span, written straight to the event log: this runs once per request per side."""
+def _write_span(req: Request, name: str, flow: str) -> None:
+    """The span, ending now, from ``req.args`` (the end fields already in), written straight to the
+    event log; then the slot goes back. Never raises. This runs once per request per side: hooks that
+    put their end fields into ``req.args`` themselves (``None`` values left out, as
+    :func:`end_server`/:func:`end_client` do) call it directly (``SERVER_SPAN``, ``"flow_in"``)."""
+    end_ns = _time_ns()
     pool = req.pool
-    args = req.args
-    for key, value in more.items():
-        if value is not None:
-            args[key] = value
-    slot = req.slot
-    tids = pool.tids
-    tid = tids[slot] if slot < len(tids) else pool.tid(slot)
-    start = req.start_ns
-    dur = end_ns - start
     rec = pool.rec
-    event = {
-        "ph": "X",
-        "cat": REQUEST_CAT,
-        "name": name,
-        "pid": rec.pid,
-        "tid": tid,
-        "ts": start / 1000,
-        "dur": (dur if dur > 0 else 0) / 1000,
-        "ts_ns": start,
-        "dur_ns": dur,
-        "bind_id": FLOW_PREFIX + req.id,
-        flow: True,
-        "args": args,
-    }
     try:
-        line = _dumps_str_keys(event)
-    except TypeError:  # a non-str key in the caller's args: the general encoder
+        slot = req.slot
+        tids = pool.tids
+        tid = tids[slot] if slot < len(tids) else pool.tid(slot)
+        start = req.start_ns
+        dur = end_ns - start
+        event = {
+            "ph": "X",
+            "cat": REQUEST_CAT,
+            "name": name,
+            "pid": rec.pid,
+            "tid": tid,
+            "ts": start / 1000,
+            "dur": (dur if dur > 0 else 0) / 1000,
+            "ts_ns": start,
+            "dur_ns": dur,
+            "bind_id": FLOW_PREFIX + req.id,
+            flow: True,
+            "args": req.args,
+        }
         try:
-            line = _dumps_line(event)
-        except Exception:
+            line = _dumps_str_keys(event)
+        except TypeError:  # a non-str key in the caller's args: the general encoder
+            try:
+                line = _dumps_line(event)
+            except Exception:
+                rec.write_event(event)
+                return
+        except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
             rec.write_event(event)
             return
-    except Exception:  # an argument the encoder refuses: the recorder's own fallback keeps the span
-        rec.write_event(event)
-        return
-    rec.events.write_line(line)
+        rec.events.write_line(line)
+    except Exception as exc:
+        _problem(rec, "end", exc)
+    finally:
+        slot = req.slot
+        if slot < MAX_SLOTS:  # _Slots.give, inline
+            _heappush(pool.free, slot)
+
+
+def _end_fields(
+    req: Request, args: dict[str, Any] | None, fields: dict[str, Any], phases: EnginePhases | None = None
+) -> bool:
+    """The end fields (a dict ``args`` and/or keywords) without their ``None`` values into the
+    span's args, then ``engine_ns``; False (reported, slot given back, no span) if that failed."""
+    try:
+        if args is not None:
+            if fields:
+                args.update(fields)
+            fields = args
+        span = req.args
+        for key, value in fields.items():
+            if value is not None:
+                span[key] = value
+        if phases is not None:  # four edges unless the engine told its arrival too
+            span["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
+        return True
+    except Exception as exc:
+        _problem(req.pool.rec, "end", exc)
+        slot = req.slot
+        if slot < MAX_SLOTS:
+            _heappush(req.pool.free, slot)
+        return False
 
 
 def end_client(req: Request | None, args: dict[str, Any] | None = None, **fields: Any) -> None:
     """The answer arrived (``response_tokens``, ``replica``, ``version``, ``status``, ...; or a dict
     ``args``); ``None`` values are left out."""
-    if req is None:
-        return
-    try:
-        if args is not None:
-            args.update(fields)
-            fields = args
-        _end(req, CLIENT_SPAN, "flow_out", fields, _time_ns())
-    except Exception as exc:
-        _problem(req.pool.rec, "end", exc)
-    finally:
-        slot = req.slot
-        if slot < MAX_SLOTS:  # _Slots.give, inline
-            _heappush(req.pool.free, slot)
+    if req is not None and _end_fields(req, args, fields):
+        _write_span(req, CLIENT_SPAN, "flow_out")
 
 
 def end_server(
@@ -314,110 +340,8 @@ def end_server(
     ``engine_ns`` = [queued, scheduled, first token, last token]: the merger draws them as nested
     ``queue``/``prefill``/``decode`` sub-spans and the report reads them, both clipping with
     :func:`phase_spans` (no event and no arithmetic here)."""
-    if req is None:
-        return
-    try:
-        if args is not None:
-            if fields:
-                args.update(fields)
-            fields = args
-        if phases is not None:  # four edges unless the engine told its arrival too
-            fields["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
-        _end(req, SERVER_SPAN, "flow_in", fields, _time_ns())
-    except Exception as exc:
-        _problem(req.pool.rec, "end", exc)
-    finally:
-        slot = req.slot
-        if slot < MAX_SLOTS:  # _Slots.give, inline
-            _heappush(req.pool.free, slot)
-
-
-def phase_spans(ph: EnginePhases, start: int, end: int) -> list[tuple[str, int, int]]:
-    """queue / prefill / decode, clipped into the server span [start, end] and kept in order, so
-    they nest in it (the merger draws them from a span's ``engine_ns`` with this same rule)."""
-    edges = (
-        ("engine_input", ph.arrival_ns, ph.queued_ns),
-        ("queue", ph.queued_ns, ph.scheduled_ns),
-        ("prefill", ph.scheduled_ns, ph.first_token_ns),
-        ("decode", ph.first_token_ns, ph.last_token_ns),
-    )
-    out = []
-    floor = start
-    for name, lo, hi in edges:
-        if lo is None or hi is None:
-            continue
-        lo, hi = max(lo, floor, start), min(hi, end)
-        if hi < lo:
-            continue
-        out.append((name, lo, hi))
-        floor = hi
-    return out
-
-
-OFFSET_TTL_NS = 100_000_000  # how long one wall − monotonic reading serves (slewing: ≤ 50 µs in it)
-_offset: tuple[int, int] = (0, -(1 << 62))  # (wall − mono ns, the monotonic ns it was read at)
-_mono_ns = time.monotonic_ns
-
-
-def engine_offset_ns() -> int:
-    """``time.time_ns() - time.monotonic_ns()``, read (tightest of three brackets) at most every
-    ``OFFSET_TTL_NS``: nine clock reads per request cost more than the rest of the phases. A step of
-    the wall clock shows in the phases within 0.1 s; slewing moves the offset by ≤ 500 ppm."""
-    global _offset
-    now = _mono_ns()
-    value, read_at = _offset
-    if now - read_at > OFFSET_TTL_NS:
-        value = wall_minus_mono()
-        _offset = (value, now)  # one tuple: a thread never sees one part new, the other old
-    return value
-
-
-_new_phases = tuple.__new__  # EnginePhases(...) runs a Python __new__; this is the same tuple
-
-
-def phases_from_vllm(metrics: Any, *, wall_minus_mono_ns: int | None = None) -> EnginePhases | None:
-    """vLLM's ``RequestOutput.metrics`` (``RequestStateStats``): ``queued_ts``, ``scheduled_ts``,
-    ``first_token_ts``, ``last_token_ts`` are the engine core's ``time.monotonic()`` seconds (0 when
-    unset), converted to wall ns with this host's offset (engine core and server share a host);
-    ``arrival_time`` is the front end's ``time.time()`` seconds, where vLLM's e2e latency starts.
-    Written out per edge (no helper calls): it runs once per request on the server."""
-    if metrics is None:
-        return None
-    offset = engine_offset_ns() if wall_minus_mono_ns is None else wall_minus_mono_ns
-    q = getattr(metrics, "queued_ts", None)
-    s = getattr(metrics, "scheduled_ts", None)
-    f = getattr(metrics, "first_token_ts", None)
-    t = getattr(metrics, "last_token_ts", None)
-    a = getattr(metrics, "arrival_time", None)
-    q = round(q * 1e9) + offset if (type(q) is float or type(q) is int) and 0 < q < _MAX_S else None
-    s = round(s * 1e9) + offset if (type(s) is float or type(s) is int) and 0 < s < _MAX_S else None
-    f = round(f * 1e9) + offset if (type(f) is float or type(f) is int) and 0 < f < _MAX_S else None
-    t = round(t * 1e9) + offset if (type(t) is float or type(t) is int) and 0 < t < _MAX_S else None
-    a = round(a * 1e9) if (type(a) is float or type(a) is int) and 1e9 < a < 1e10 else None
-    if a is not None and q is not None and a > q:
-        # the front end stamps arrival before the core queues: a later arrival is the wall/monotonic
-        # conversion's error (µs), not time spent; keep the edge, empty
-        a = q
-    if q is None and s is None and f is None and t is None and a is None:
-        return None
-    return _new_phases(EnginePhases, (q, s, f, t, a))
-
-
-def preemptions_from_vllm(metrics: Any) -> int:
-    """How often vLLM's scheduler preempted this request (``RequestStateStats.num_preemptions``)."""
-    n = getattr(metrics, "num_preemptions", 0)
-    return n if type(n) is int and n > 0 else 0
-
-
-def phases_from_sglang(meta_info: Any, start_ns: int) -> EnginePhases | None:
-    """SGLang's ``meta_info["queue_time"]`` (seconds in the waiting queue), anchored at the request's
-    arrival: a ``queue`` sub-span only (its meta info has no first-token time)."""
-    if not isinstance(meta_info, dict):
-        return None
-    queue = meta_info.get("queue_time")
-    if not isinstance(queue, int | float) or isinstance(queue, bool) or not 0 <= queue < 1e6:
-        return None
-    return EnginePhases(queued_ns=start_ns, scheduled_ns=start_ns + round(queue * 1e9))
+    if req is not None and _end_fields(req, args, fields, phases):
+        _write_span(req, SERVER_SPAN, "flow_in")
 
 
 # --------------------------------------------------------------------------------- weight sync

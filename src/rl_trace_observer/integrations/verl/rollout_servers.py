@@ -93,7 +93,7 @@ class _Tap:
     Python frame of ours per token.
     """
 
-    __slots__ = ("_call", "_it")
+    __slots__ = ("_call", "_it", "_next")
 
     def __init__(self, it: Any, call: _Call) -> None:
         self._it = it
@@ -102,13 +102,12 @@ class _Tap:
     def __aiter__(self) -> _Tap:
         return self
 
-    def __anext__(self) -> Any:
-        return self._first()
-
-    async def _first(self) -> Any:
+    async def __anext__(self) -> Any:  # the first item (one frame: the coroutine itself)
+        it = self._it
         try:
-            item = await self._it.__anext__()
+            item = await it.__anext__()
         finally:
+            self._next = it.__anext__  # bound once: _Passing hands it out per item
             self.__class__ = _Passing  # whatever came: later items go straight through
         self._call.first = item
         return item
@@ -121,11 +120,15 @@ class _Passing(_Tap):
     """A :class:`_Tap` past its first item: ``async for`` gets the stream's ``__anext__()`` as is.
 
     Special methods are looked up on the type; a property there is called through C
-    (``attrgetter``), then its result (the stream's bound ``__anext__``) is called with no args.
+    (``attrgetter``), then its result (the stream's bound ``__anext__``, kept in ``_next``) is
+    called with no args.
     """
 
     __slots__ = ()
-    __anext__ = property(operator.attrgetter("_it.__anext__"))  # type: ignore[assignment]
+    __anext__ = property(operator.attrgetter("_next"))
+
+
+_new = object.__new__  # a _Tap without the Python __init__ frame (the tap's hot path)
 
 
 def _tap(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
@@ -136,7 +139,10 @@ def _tap(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
         if call is None or not hasattr(stream, "__anext__"):
             return stream
         call.kind = kind
-        return _Tap(stream, call)
+        tap = _new(_Tap)
+        tap._it = stream
+        tap._call = call
+        return tap
 
     return tapped
 
@@ -165,30 +171,26 @@ def note_engine_phases(phases: rq.EnginePhases | None) -> None:
         call.phases = phases
 
 
-def _engine_end(call: _Call, start_ns: int, end: dict[str, Any]) -> rq.EnginePhases | None:
-    """What the engine tap learned: the phases for ``end_server``, and ``preemptions`` into
-    ``end`` (vLLM's metrics are read once for both)."""
+def _engine_args(call: _Call, start_ns: int, args: dict[str, Any]) -> None:
+    """What the engine tap learned, into the span's ``args``: ``preemptions`` then ``engine_ns``,
+    as ``end_server(phases=...)`` writes them (vLLM's metrics are read once for both)."""
     first = call.first
-    if first is None:
-        return call.phases
-    if call.kind == "vllm":
-        metrics = getattr(first, "metrics", None)
-        preempted = rq.preemptions_from_vllm(metrics)
-        if preempted:  # the scheduler took its KV cache back at least once
-            end["preemptions"] = preempted
-        return call.phases if call.phases is not None else rq.phases_from_vllm(metrics)
-    if call.phases is not None:
-        return call.phases
-    if call.kind == "sglang" and isinstance(first, dict):
-        return rq.phases_from_sglang(first.get("meta_info"), start_ns)
-    return None
-
-
-def _tokens(value: Any) -> int | None:
-    try:
-        return len(value) if value is not None else None
-    except TypeError:
-        return None
+    phases = call.phases
+    if first is not None:
+        if call.kind == "vllm":
+            metrics = getattr(first, "metrics", None)
+            preempted = getattr(metrics, "num_preemptions", 0)  # rq.preemptions_from_vllm, inline
+            if type(preempted) is int and preempted > 0:  # the scheduler took its KV cache back
+                args["preemptions"] = preempted
+            if phases is None:
+                engine_ns = rq.engine_ns_from_vllm(metrics)
+                if engine_ns is not None:
+                    args["engine_ns"] = engine_ns
+                return
+        elif phases is None and call.kind == "sglang" and isinstance(first, dict):
+            phases = rq.phases_from_sglang(first.get("meta_info"), start_ns)
+    if phases is not None:  # four edges unless the engine told its arrival too
+        args["engine_ns"] = list(phases) if phases.arrival_ns is not None else list(phases[:4])
 
 
 # ----------------------------------------------------------------------------------- wrappers
@@ -203,26 +205,39 @@ def _name_role(req: rq.Request, replica: Any) -> None:
 def _wrap_generate(
     original: Callable[..., Any], rid_index: int, prompt_index: int | None
 ) -> Callable[..., Any]:
+    """One ``engine_request`` span per call. Written flat (the capture API's begin and end inlined
+    to one call each, the span's args built in place in ``begin_server``/``end_server``'s order):
+    it runs once per request in the replica."""
+    begin = rq._begin  # begin_server with the args dict built here
+    end = rq._write_span  # end_server with the end fields put into req.args here
+    current = _current
+    if prompt_index is None:
+        prompt_index = 1 << 30  # never a position: one comparison below
+
     @functools.wraps(original)
     async def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         req = token = call = version = None
         try:
             rid = kwargs["request_id"] if "request_id" in kwargs else args[rid_index]
             prompt = kwargs.get("prompt_ids")
-            if prompt is None and prompt_index is not None and prompt_index < len(args):
+            if prompt is None and prompt_index < len(args):
                 prompt = args[prompt_index]
+            try:
+                prompt_tokens = len(prompt) if prompt is not None else None
+            except TypeError:
+                prompt_tokens = None
             version = getattr(self, "global_steps", None)
-            req = rq.begin_server(
-                rid,
-                {"prompt_tokens": _tokens(prompt), "version": version},
-                replica=getattr(self, "replica_rank", None),
-            )
+            replica = getattr(self, "replica_rank", None)
+            fields = {"prompt_tokens": prompt_tokens, "version": version}
+            if replica is not None:
+                fields["replica"] = replica
+            req = begin(rid, replica, fields)
             if req is not None:
                 if not getattr(self, _TAPPED, False):
                     _tap_engine(self)
-                    _name_role(req, getattr(self, "replica_rank", None))
+                    _name_role(req, replica)
                 call = _Call()
-                token = _current.set(call)
+                token = current.set(call)
         except Exception as exc:
             log.debug("[rl-trace-observer] server request begin: %s", exc)
         output: Any = None
@@ -235,21 +250,28 @@ def _wrap_generate(
             raise
         finally:
             if token is not None:
-                _current.reset(token)
+                current.reset(token)
             if req is not None:
-                try:
+                try:  # what end_server(req, response_tokens=..., ...) adds, None left out
+                    span = req.args
+                    tokens = getattr(output, "token_ids", None)
+                    if tokens is not None:
+                        try:
+                            span["response_tokens"] = len(tokens)
+                        except TypeError:
+                            pass
                     if status is None:
                         status = getattr(output, "stop_reason", None)
+                    if status is not None:
+                        span["status"] = status
                     now = getattr(self, "global_steps", None)
-                    end = {
-                        "response_tokens": _tokens(getattr(output, "token_ids", None)),
-                        "status": status,
-                        "version_end": now if now != version else None,
-                    }
-                    phases = _engine_end(call, req.start_ns, end) if call is not None else None
-                    rq.end_server(req, end, phases=phases)
+                    if now is not None and now != version:
+                        span["version_end"] = now
+                    if call is not None:
+                        _engine_args(call, req.start_ns, span)
                 except Exception as exc:
                     log.debug("[rl-trace-observer] server request end: %s", exc)
+                end(req, rq.SERVER_SPAN, "flow_in")  # never raises; gives the slot back
 
     return generate
 
