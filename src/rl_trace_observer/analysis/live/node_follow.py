@@ -16,16 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from .anchors import RecordAnchors
-from .follow import FileMark, Follower
-from .seen import NAMED_BAD, Seen
+from .follow import FileMark, Follower, is_line_file
+from .profiler_markers import profiler_markers
+from .seen import NAMED_BAD, Seen, markers_from, markers_json
 
 
-def follow_node(root: str, marks: dict[str, dict[str, int]], waiting: dict[str, list[Any]]) -> dict[str, Any]:
-    """Read what was appended under ``root`` since ``marks``; the new facts (see :func:`fold`)."""
+def follow_node(
+    root: str, marks: dict[str, dict[str, int]], waiting: dict[str, list[Any]], profiles: bool = False
+) -> dict[str, Any]:
+    """Read what was appended under ``root`` since ``marks``; the new facts (see :func:`fold`).
+    ``profiles``: no node has shown an event log yet, so the profiler traces that changed are
+    searched for step markers (``profiled``: file -> markers, ``[]`` for none)."""
     real = os.path.realpath(root)
     out: dict[str, Any] = {"root": real, "host": socket.gethostname(), "exists": os.path.isdir(real)}
     if not out["exists"]:
-        return {**out, "marks": marks, "facts": Seen().to_json(), "reset": [], "waiting": waiting}
+        facts = Seen().to_json()
+        return {**out, "marks": marks, "facts": facts, "reset": [], "waiting": waiting, "profiled": {}}
     follower = Follower(Path(real), {k: FileMark.from_json(v) for k, v in marks.items()})
     seen = Seen()
     seen.waiting = {k: list(v) for k, v in waiting.items()}
@@ -37,9 +43,14 @@ def follow_node(root: str, marks: dict[str, dict[str, int]], waiting: dict[str, 
         seen.line(rel, number, raw, offset)
 
     try:
-        follower.poll(line)
+        changed = follower.poll(line)
     finally:
         follower.close()  # a node's look is one call: nothing stays open between looks
+    profiled = {}
+    if profiles and not seen.logs:
+        for rel in changed:
+            if not is_line_file(rel):
+                profiled[rel] = markers_json(list(profiler_markers(os.path.join(real, rel))))
     if seen.waiting:  # AReaL's relative-time markers: anchored by the node's process records
         seen.place(RecordAnchors(Path(real)).look())
     facts = seen.to_json()
@@ -50,6 +61,7 @@ def follow_node(root: str, marks: dict[str, dict[str, int]], waiting: dict[str, 
         "facts": facts,
         "reset": sorted(reset),
         "waiting": seen.waiting,
+        "profiled": profiled,
     }
 
 
@@ -65,8 +77,12 @@ def fold(known: Seen, got: dict[str, Any]) -> bool:
         mine["count"] += int(entry["count"])
         mine["lines"] = (mine["lines"] + list(entry["lines"]))[:NAMED_BAD]
     known.markers += new.markers
+    known.logs = known.logs or new.logs
+    profiled = False
+    for rel, rows in got.get("profiled", {}).items():
+        profiled = known.profile(rel, tuple(markers_from(rows))) or profiled
     known.lines += new.lines
     known.last_ts_ns = max(known.last_ts_ns, new.last_ts_ns)
     placed = len(known.waiting) != len(got["waiting"])
     known.waiting = {str(k): list(v) for k, v in got["waiting"].items()}
-    return bool(new.lines or new.markers or placed)
+    return bool(new.lines or new.markers or placed or profiled)

@@ -121,12 +121,13 @@ class RayWatch(Watch):
             self._survey()
         by_id = {n.node_id: n for n in self._nodes}
         todo = [n.surveyed for n in self._nodes if n.node_id in alive]
+        profiles = not any(s.logs for s in self.node_seen.values())  # no event log on any node yet
 
         def args(sn: Any) -> tuple[Any, ...]:
             node = by_id[sn.report.node_id]
             marks = {k: m.to_json() for k, m in self.node_marks.get(node.label, {}).items()}
             waiting = self.node_seen[node.label].waiting if node.label in self.node_seen else {}
-            return node.root, marks, waiting
+            return node.root, marks, waiting, profiles
 
         got = on_each_node(ray, follow_node, todo, args, self.nodes_opts.timeout_s)
         moved = False
@@ -176,6 +177,8 @@ class RayWatch(Watch):
         for label in sorted(self.node_seen):
             s = self.node_seen[label]
             out.markers += s.markers
+            out.logs = out.logs or s.logs
+            out.profiled.update({f"{label}/{rel}": ms for rel, ms in s.profiled.items()})
             out.lines += s.lines
             out.last_ts_ns = max(out.last_ts_ns, s.last_ts_ns)
             out.bad.update({f"{label}/{rel}": e for rel, e in s.bad.items()})

@@ -11,6 +11,10 @@ named (file and line number) and the watch goes on — the merge skips such a li
 A line with a µs ``ts`` after its file's own origin and a ``global_step`` argument (AReaL's perf
 traces, docs/areal.md) is a step marker once the file's anchor is known: the anchor its process record
 registered (``RL_TRACE_AREAL=1``); until then it waits, kept in the state file.
+
+A run that writes no event log (only torch.profiler traces) gets its steps from the traces'
+``ProfilerStep#N`` as they appear (:mod:`.profiler_markers`, kept per file in ``profiled``): as the
+planner, which takes a profiler's markers only where no event log is among the run's files.
 """
 
 from __future__ import annotations
@@ -50,10 +54,16 @@ class Seen:
     # file -> [[step, ts µs, dur µs]] of relative-time step spans whose file has no known anchor yet
     waiting: dict[str, list[list[Any]]] = field(default_factory=dict)
     anchors: dict[str, int] = field(default_factory=dict)  # file -> anchor ns (process records; not kept)
-    # the step windows of the markers as they were: (markers list, its length, windows). Markers are
+    # file -> the step markers of a profiler trace (replaced when the file changes); they count only
+    # while no event-log line was seen (``logs``), as the planner ranks them (``markers_rank``)
+    profiled: dict[str, list[Marker]] = field(default_factory=dict)
+    logs: bool = False
+    # the step windows of the markers as they were: ((markers list, its length, logs), windows). Markers are
     # only ever appended, so the same list at the same length has the same windows; the watch asks
     # every look, and the step rule sorts every marker of the run
-    _windows: tuple[int, int, list[StepWindow]] | None = field(default=None, repr=False, compare=False)
+    _windows: tuple[tuple[int, int, bool], list[StepWindow]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def line(self, rel: str, number: int, raw: bytes, offset: int = -1) -> None:
         """One complete line of a line file (follow.LineSink) that starts at byte ``offset``."""
@@ -71,6 +81,7 @@ class Seen:
                 entry["lines"].append(number)
             return
         if "resourceSpans" in ev:  # an OTLP/JSON line (a Collector's file exporter): its step spans
+            self.logs = True
             markers, last = span_markers(raw)
             self.markers += markers
             self.last_ts_ns = max(self.last_ts_ns, last)
@@ -80,6 +91,7 @@ class Seen:
             return
         ts = ev.get("ts_ns")
         if isinstance(ts, int) and "ph" in ev:
+            self.logs = True
             dur = ev.get("dur_ns")
             end = ts + (dur if isinstance(dur, int) and dur > 0 else 0)
             self.last_ts_ns = max(self.last_ts_ns, end)
@@ -149,11 +161,28 @@ class Seen:
                 out[prefix + rel if prefix is not None else os.path.realpath(run_dir / rel)] = ranges
         return out
 
+    def profile(self, rel: str, markers: tuple[Marker, ...]) -> bool:
+        """A profiler trace appeared or changed: its markers now (``()``: none); True if they moved."""
+        if list(markers) == self.profiled.get(rel, []):
+            return False
+        if markers:
+            self.profiled[rel] = list(markers)
+        else:
+            self.profiled.pop(rel, None)
+        self._windows = None
+        return True
+
+    def step_markers(self) -> list[Marker]:
+        """What the step rule counts: event-log markers, or, in a run without event logs, profilers'."""
+        if self.logs or not self.profiled:
+            return self.markers
+        return self.markers + [m for rel in sorted(self.profiled) for m in self.profiled[rel]]
+
     def windows(self) -> list[StepWindow]:
-        key = (id(self.markers), len(self.markers))
-        if self._windows is None or self._windows[:2] != key:
-            self._windows = (*key, windows_from_markers(self.markers))
-        return list(self._windows[2])
+        key = (id(self.markers), len(self.markers), self.logs)  # ``profile`` clears it itself
+        if self._windows is None or self._windows[0] != key:
+            self._windows = (key, windows_from_markers(self.step_markers()))
+        return list(self._windows[1])
 
     @property
     def bad_total(self) -> int:
@@ -162,10 +191,9 @@ class Seen:
     # ------------------------------------------------------------------- the state file's form
     def to_json(self) -> dict[str, Any]:
         return {
-            "markers": [
-                [m.priority, m.start_ns, m.end_ns, sorted(m.numbers), m.profiled, m.mode]
-                for m in self.markers
-            ],
+            "markers": markers_json(self.markers),
+            "profiled": {rel: markers_json(ms) for rel, ms in self.profiled.items()},
+            "logs": self.logs,
             "bad": self.bad,
             "lines": self.lines,
             "last_ts_ns": self.last_ts_ns,
@@ -175,14 +203,24 @@ class Seen:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Seen:
-        markers = [
-            Marker(int(p), int(s), int(e), frozenset(int(n) for n in nums), bool(prof), mode)
-            for p, s, e, nums, prof, mode in d.get("markers", [])
-        ]
+        markers = markers_from(d.get("markers", []))
         runs = {str(k): [[int(x) for x in r] for r in v] for k, v in d.get("runs", {}).items()}
         seen = cls(markers, dict(d.get("bad", {})), int(d.get("lines", 0)), int(d.get("last_ts_ns", 0)), runs)
         seen.waiting = {str(k): list(v) for k, v in dict(d.get("waiting", {})).items()}
+        seen.profiled = {str(k): markers_from(v) for k, v in dict(d.get("profiled", {})).items()}
+        seen.logs = bool(d.get("logs", False))
         return seen
+
+
+def markers_json(markers: list[Marker]) -> list[list[Any]]:
+    return [[m.priority, m.start_ns, m.end_ns, sorted(m.numbers), m.profiled, m.mode] for m in markers]
+
+
+def markers_from(rows: list[list[Any]]) -> list[Marker]:
+    return [
+        Marker(int(p), int(s), int(e), frozenset(int(n) for n in nums), bool(prof), mode)
+        for p, s, e, nums, prof, mode in rows
+    ]
 
 
 def _number(value: Any) -> bool:

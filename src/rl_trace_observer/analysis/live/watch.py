@@ -48,6 +48,7 @@ from ...merge.options import UsageError
 from .anchors import RecordAnchors
 from .follow import FileMark, Follower
 from .options import WatchOptions
+from .profiler_markers import look_at_profiles
 from .seen import Seen
 
 STATE_NAME = "watch-state.json"
@@ -129,9 +130,12 @@ class Watch:
 
     def _poll(self) -> bool:
         """Read what is new (the run's files here; a Ray watch asks its nodes); True if anything moved."""
-        moved = bool(self.follower.poll(self.seen.line))
+        changed = self.follower.poll(self.seen.line)
+        moved = bool(changed)
         if self.seen.waiting and self.seen.place(self.anchors.look()):  # AReaL: steps once anchored
             moved = True
+        if not self.seen.logs and look_at_profiles(self.seen, str(self.opts.run_dir), changed):
+            moved = True  # a run without event logs: its profilers' step markers
         return moved
 
     def _skip_lines(self, before_ns: int) -> dict[str, tuple[tuple[int, int], ...]]:
