@@ -82,6 +82,8 @@ def build_real_run(
         if not k.startswith(("RL_TRACE_", "RL_INSIGHT_", "VERL_")) and k != "PYTHONPATH"
     }
     env.update(RL_TRACE_OUTPUT_DIR=str(host_dir.resolve()), RL_TRACE_RUN_ID=run_id, RAY_AUTH_MODE="disabled")
+    if os.environ.get("RL_TRACE_METRICS_NODE_DIR"):  # this session's node folder (conftest): see below
+        env["RL_TRACE_METRICS_NODE_DIR"] = os.environ["RL_TRACE_METRICS_NODE_DIR"]
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", CHILD, str(rank), str(host_dir)],
@@ -101,4 +103,10 @@ def build_real_run(
         pids.append(int(lines[-1]))
         if windows is not None:
             windows[pids[-1]] = int(next(x for x in lines if x.startswith("window ")).split()[1])
+    # The children's node sampler outlives them by up to a few ticks and writes its last samples then:
+    # a run read before it left differs from one read after (two merges of this run once differed by
+    # one memory sample, in CI). The run is over when its sampler is.
+    from rl_trace_observer.capture.sampler import node
+
+    node.wait_for_sampler(host_dir.resolve(), timeout_s=60)
     return pids
