@@ -155,13 +155,17 @@ def test_idle_per_role_against_verl_s_own_idle_ratio(run: Run) -> None:
     for step in range(1, STEPS + 1):
         gen, wall = checked[("timing_s_gen", step)], checked[("timing_s_step", step)]
         (wait,) = [w for w in waits if w["args"].get("step") == step]
-        assert abs(wait["dur"] * 1e3 - gen["verl"]) < 5e6, (step, wait["dur"], gen["verl"])  # ≤ 5 ms
+        # ≤ 5 ms, or 0.5 % of the wait: the two clocks are read at neighbouring lines of the trainer
+        # thread, which a 2-core machine busy with vLLM beside it can deschedule between them (CI
+        # once saw 8.2 ms on a 2,042 ms wait, at step 1)
+        slack = max(5e6, 0.005 * gen["verl"])
+        assert abs(wait["dur"] * 1e3 - gen["verl"]) < slack, (step, wait["dur"], gen["verl"])
         roles = {r["role"]: r for r in good[step]["roles"]}
         dur = good[step]["dur_ns"]
         (training,) = set(roles) - {"rollout"}  # "unknown" unprofiled (docs/limits.md), else actor_rollout
         assert "rollout" in roles, roles
         rank_idle = roles[training]["idle_ns"]
-        assert rank_idle >= wait["dur"] * 1e3 - 5e6, (step, rank_idle, wait["dur"])
+        assert rank_idle >= wait["dur"] * 1e3 - slack, (step, rank_idle, wait["dur"])
         causes = {lane["lane"]: lane["causes_ns"] for lane in idle[step]["lanes"]}
         print(
             f"\nstep {step}: VERL trainer idle_ratio (timing_s/gen / timing_s/step) "
