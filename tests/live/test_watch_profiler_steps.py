@@ -83,7 +83,7 @@ def test_a_run_with_an_event_log_keeps_its_own_steps(tmp_path: Path) -> None:
     assert fold(known, node) and len(known.profiled) == 2 and [w.step for w in known.windows()]
     line = {"ph": "X", "name": "update_actor", "ts_ns": 1, "dur_ns": 1, "pid": 1, "tid": 1}
     (run / "rl-insight-h-pid-1.chrome.jsonl").write_text(json.dumps(line) + "\n")
-    node = follow_node(str(run), {k: v for k, v in node["marks"].items()}, {}, profiles=not known.logs)
+    node = follow_node(str(run), node["marks"], {}, profiles=not known.logs)
     fold(known, node)
     assert known.logs and known.windows() == []  # the event log states no step: none
     back = Seen.from_json(json.loads(json.dumps(known.to_json())))

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .anchors import RecordAnchors
-from .follow import FileMark, Follower, is_line_file
-from .profiler_markers import profiler_markers
+from .follow import FileMark, Follower
+from .profiler_markers import changed_profiles
 from .seen import NAMED_BAD, Seen, markers_from, markers_json
 
 
@@ -46,11 +46,10 @@ def follow_node(
         changed = follower.poll(line)
     finally:
         follower.close()  # a node's look is one call: nothing stays open between looks
-    profiled = {}
+    # every changed trace, ``[]`` too: the driver drops the markers a trace no longer has
+    profiled: dict[str, list[list[Any]]] = {}
     if profiles and not seen.logs:
-        for rel in changed:
-            if not is_line_file(rel):
-                profiled[rel] = markers_json(list(profiler_markers(os.path.join(real, rel))))
+        profiled = {rel: markers_json(list(m)) for rel, m in changed_profiles(real, changed)}
     if seen.waiting:  # AReaL's relative-time markers: anchored by the node's process records
         seen.place(RecordAnchors(Path(real)).look())
     facts = seen.to_json()

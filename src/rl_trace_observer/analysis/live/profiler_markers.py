@@ -11,7 +11,7 @@ still being written gives what it holds so far and is searched again when it cha
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ...merge.files.sources import discover
@@ -19,6 +19,7 @@ from ...merge.formats import format_of
 from ...merge.formats.base import MarksSteps
 from ...merge.plan.build import markers_of, sniff_source
 from ...merge.timeline.steps import Marker
+from .follow import is_line_file
 
 if TYPE_CHECKING:
     from .seen import Seen
@@ -40,12 +41,16 @@ def profiler_markers(path: str) -> tuple[Marker, ...]:
     return markers_of(fmt, src) or ()
 
 
-def look_at_profiles(seen: Seen, root: str, changed: Iterable[str]) -> bool:
-    """The markers of every changed file that is not a line file into ``seen``; True if any moved."""
-    from .follow import is_line_file
-
-    moved = False
+def changed_profiles(root: str, changed: Iterable[str]) -> Iterator[tuple[str, tuple[Marker, ...]]]:
+    """Each changed file under ``root`` that is not a line file, with its step markers (``()``: none)."""
     for rel in changed:
         if not is_line_file(rel):
-            moved |= seen.profile(rel, profiler_markers(os.path.join(root, rel)))
+            yield rel, profiler_markers(os.path.join(root, rel))
+
+
+def look_at_profiles(seen: Seen, root: str, changed: Iterable[str]) -> bool:
+    """The markers of every changed profiler trace into ``seen``; True if any moved."""
+    moved = False
+    for rel, markers in changed_profiles(root, changed):
+        moved = seen.profile(rel, markers) or moved
     return moved
