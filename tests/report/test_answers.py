@@ -13,7 +13,8 @@ from rl_trace_observer.analysis.answers import StepWindow, WorkSpan, answer_sect
 from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.answers.arrivals import arrivals, sentence
 from rl_trace_observer.analysis.answers.critical_path import critical_paths
-from rl_trace_observer.analysis.answers.idle import CAUSES, idle_and_goodput
+from rl_trace_observer.analysis.answers.idle import CAUSES, _cause_sets, _causes, _StepSets, idle_and_goodput
+from rl_trace_observer.analysis.answers.model import by_lane, lane_kinds
 from rl_trace_observer.analysis.report.stages import classify
 
 W = StepWindow(7, 10_000, 11_000)  # one step: 1000 ns, not starting at 0
@@ -425,3 +426,17 @@ def test_critical_path_equals_a_per_ns_walk(run: tuple[list[WorkSpan], list[Step
             got += [(seg["lane"], seg["name"])] * seg["dur_ns"]
         assert got == _path_per_ns(spans, w)
         assert path["segments_total"] == len(path["segments"])  # small windows: none cut off
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs())
+def test_idle_causes_by_measure_equal_the_interval_sets(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
+    """The numpy path (lengths by measure) against the pure-Python one (the sets, then lengths)."""
+    spans, windows = run
+    lanes = by_lane(spans)
+    kinds = lane_kinds(lanes)
+    for w in windows:
+        sets = _StepSets(lanes, w, kinds)
+        for lane in kinds:
+            want = {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
+            assert _causes(lane, kinds, sets, w) == want

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rl_trace_observer.analysis.answers import interval_arrays as ia
 from rl_trace_observer.analysis.answers import intervals as iv
 
 raw = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=25)
@@ -44,3 +46,47 @@ def test_intersect_subtract_clip_match_point_sets(
     assert canonical(rest) and points(rest) == points(a) - points(b)
     assert points(iv.clip(a, lo, hi)) == {x for x in points(a) if lo <= x < hi}
     assert iv.covered(a, lo, hi) == len({x for x in points(a) if lo <= x < hi})
+
+
+# ------------------------------------------------------------------ the numpy twin (interval_arrays)
+# numpy comes with the shards extra; the light install (.[test,viztracer]) takes the Python path
+needs_numpy = pytest.mark.skipif(ia.np is None, reason="numpy not installed (the shards extra)")
+
+
+def _arrays(ints: list[tuple[int, int]]) -> tuple[object, object]:
+    return ia.as_arrays(ints) if ints else ia.as_arrays([])
+
+
+@needs_numpy
+@settings(max_examples=300, deadline=None)
+@given(raw, raw)
+def test_array_union_and_measure_equal_the_reference(
+    a: list[tuple[int, int]], b: list[tuple[int, int]]
+) -> None:
+    s, e = ia.union(*_arrays(a))
+    assert list(zip(s.tolist(), e.tolist(), strict=True)) == iv.union(a)
+    ub = iv.union(b)
+    measure = ia.Measure(*ia.union(*_arrays(b)))
+    assert measure.total == iv.length(ub)
+    ua = iv.union(a)
+    assert measure.overlap(*_arrays(ua)) == iv.length(iv.intersect(ua, ub))
+    for x in range(-2, 63):  # F(x): the union's length before x
+        assert int(measure.below(ia.as_arrays([(x, x + 1)])[0])[0]) == len({p for p in points(b) if p < x})
+
+
+@needs_numpy
+def test_hostile_windows_take_the_python_path() -> None:
+    assert ia.available(0, 10) and not ia.available(10, 10) and not ia.available(0, 2**62)
+    assert not ia.available(-(2**63), 0)
+
+
+@needs_numpy
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 600), st.integers(0, 600)), min_size=260, max_size=400),
+    st.integers(0, 600),
+    st.integers(0, 600),
+)
+def test_long_lists_through_arrays_equal_the_reference(a: list[tuple[int, int]], lo: int, hi: int) -> None:
+    assert ia.union_list(a) == iv.union(a)
+    assert ia.covered(a, lo, hi) == iv.covered(a, lo, hi)

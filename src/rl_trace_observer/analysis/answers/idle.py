@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from . import interval_arrays as ia
 from . import intervals as iv
 from .model import OVERHEAD, PRODUCTIVE, ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds
 
@@ -47,15 +48,17 @@ class _StepSets:
     def __init__(self, lanes: dict[Lane, list[WorkSpan]], w: StepWindow, kinds: dict[Lane, str]) -> None:
         lo, hi = w.start_ns, w.end_ns
         self.work: dict[Lane, list[iv.Interval]] = {}
-        self.productive: dict[Lane, list[iv.Interval]] = {}
-        self.overhead: dict[Lane, list[iv.Interval]] = {}
-        self.wasted: dict[Lane, list[iv.Interval]] = {}
+        # per role, not per lane: goodput joins a role's lanes (a role is productive while any is)
+        self.productive: dict[str, list[iv.Interval]] = defaultdict(list)
+        self.overhead: dict[str, list[iv.Interval]] = defaultdict(list)
+        self.wasted: dict[str, list[iv.Interval]] = defaultdict(list)
         sync: list[iv.Interval] = []
         gen: list[iv.Interval] = []
         train: list[iv.Interval] = []
         for lane, spans in lanes.items():  # one pass per lane (this runs for every live step)
             kind = kinds[lane]
-            work, prod, over, wasted = [], [], [], []
+            work: list[iv.Interval] = []
+            prod, over, wasted = self.productive[lane[0]], self.overhead[lane[0]], self.wasted[lane[0]]
             for s in spans:
                 a, b = s.start_ns, s.end_ns
                 if a >= hi or b <= lo:
@@ -83,41 +86,60 @@ class _StepSets:
                     gen.append(i)
                 elif kind == TRAINER and (stage == "log_prob" or stage == "update"):
                     train.append(i)
-            self.work[lane] = iv.union(work)
-            self.productive[lane] = iv.union(prod)
-            self.overhead[lane] = iv.union(over)
-            self.wasted[lane] = iv.union(wasted)
-        self.sync, self.gen, self.train = iv.union(sync), iv.union(gen), iv.union(train)
+            self.work[lane] = ia.union_list(work)
+        self.sync, self.gen, self.train = ia.union_list(sync), ia.union_list(gen), ia.union_list(train)
         # What blocks a lane where it is idle: the work of its role's lanes, and of every worker lane.
         # Its own work is in them too, but never where it is idle (its idle time is the window minus
         # its work), so one union per role serves every lane of it: a union per lane of all the
         # OTHER lanes cost lanes² (37 s of a 64-lane, 100k-event step).
         self.role_work = {
-            role: iv.union(i for lane, ints in self.work.items() if lane[0] == role for i in ints)
+            role: ia.union_list([i for lane, ints in self.work.items() if lane[0] == role for i in ints])
             for role in {lane[0] for lane in self.work}
         }
-        self.worker_work = iv.union(
-            i for lane, ints in self.work.items() if kinds[lane] in (TRAINER, ROLLOUT) for i in ints
+        self.worker_work = ia.union_list(
+            [i for lane, ints in self.work.items() if kinds[lane] in (TRAINER, ROLLOUT) for i in ints]
         )
+        self._cumulative: dict[tuple[str, str], list[tuple[str, ia.Measure]]] = {}
+
+    def work_arrays(self, lane: Lane) -> tuple[Any, Any]:
+        return ia.as_arrays(self.work[lane])
+
+    def cumulative(self, lane: Lane, kinds: dict[Lane, str]) -> list[tuple[str, ia.Measure]]:
+        """Per cause of :func:`_blockers`, the union of it and every cause before it, measured —
+        the same for every lane of one role and kind, so made once per step for them."""
+        key = (lane[0], kinds[lane])
+        if key not in self._cumulative:
+            made: list[tuple[str, ia.Measure]] = []
+            starts, ends = ia.as_arrays([])
+            for cause, blocker in _blockers(lane, kinds, self):
+                bs, be = ia.as_arrays(blocker)
+                starts, ends = ia.union(ia.concat(starts, bs), ia.concat(ends, be))
+                made.append((cause, ia.Measure(starts, ends)))
+            self._cumulative[key] = made
+        return self._cumulative[key]
+
+
+def _blockers(lane: Lane, kinds: dict[Lane, str], sets: _StepSets) -> list[tuple[str, list[iv.Interval]]]:
+    """What can keep ``lane`` idle, in the order the causes are tried (the first that holds wins)."""
+    kind = kinds[lane]
+    steps: list[tuple[str, list[iv.Interval]]] = [("weight_sync", sets.sync)]
+    if kind != ROLLOUT:
+        steps.append(("waiting_for_rollout", sets.gen))
+    if kind != TRAINER:
+        steps.append(("waiting_for_trainer", sets.train))
+    # the other lanes of its role (its own work is never where it is idle), then any worker lane:
+    # workers only, the driver's (or a reward worker's) own spans are "driver" time
+    steps += [("waiting_for_peers", sets.role_work[lane[0]]), ("unexplained", sets.worker_work)]
+    return steps
 
 
 def _cause_sets(
     lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow
 ) -> dict[str, list[iv.Interval]]:
     """The lane's idle time in ``w`` as intervals per cause (the first cause that holds wins)."""
-    kind = kinds[lane]
     rest = iv.subtract([(w.start_ns, w.end_ns)], sets.work[lane])
     out: dict[str, list[iv.Interval]] = {c: [] for c in CAUSES}
-    peers = sets.role_work[lane[0]]  # the other lanes of its role (its own work is not in ``rest``)
-    # workers only: the driver's (or a reward worker's) own spans are "driver" time
-    others = sets.worker_work
-    steps: list[tuple[str, list[iv.Interval]]] = [("weight_sync", sets.sync)]
-    if kind != ROLLOUT:
-        steps.append(("waiting_for_rollout", sets.gen))
-    if kind != TRAINER:
-        steps.append(("waiting_for_trainer", sets.train))
-    steps += [("waiting_for_peers", peers), ("unexplained", others)]
-    for cause, blocker in steps:
+    for cause, blocker in _blockers(lane, kinds, sets):
         out[cause] += iv.intersect(rest, blocker)
         rest = iv.subtract(rest, blocker)
     out["driver"] = rest
@@ -125,7 +147,22 @@ def _cause_sets(
 
 
 def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) -> dict[str, int]:
-    return {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
+    """The lengths of :func:`_cause_sets`, by measure instead of by the sets themselves: with
+    ``C_k`` the union of the first ``k`` blockers and ``W`` the lane's work, the idle time whose
+    first cause is among the first ``k`` is ``|C_k| - |C_k ∩ W|`` (``W`` and every ``C_k`` lie in
+    the window), so each cause's time is the step between two of them, and ``driver`` the rest."""
+    lo, hi = w.start_ns, w.end_ns
+    if not ia.available(lo, hi):
+        return {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
+    ws, we = sets.work_arrays(lane)
+    out = dict.fromkeys(CAUSES, 0)
+    before = 0
+    for cause, measure in sets.cumulative(lane, kinds):
+        upto = measure.total - measure.overlap(ws, we)
+        out[cause] = upto - before
+        before = upto
+    out["driver"] = (hi - lo) - int((we - ws).sum()) - before
+    return out
 
 
 def cause_intervals(
@@ -179,9 +216,9 @@ def idle_and_goodput(spans: list[WorkSpan], windows: list[StepWindow]) -> dict[s
         roles = []
         for role in sorted({lane[0] for lane in kinds}):
             mine = [lane for lane in kinds if lane[0] == role]
-            prod = iv.union(i for lane in mine for i in sets.productive[lane])
-            over = iv.union(i for lane in mine for i in sets.overhead[lane])
-            wasted = iv.union(i for lane in mine for i in sets.wasted[lane])
+            prod = ia.union_list(sets.productive.get(role, []))
+            over = ia.union_list(sets.overhead.get(role, []))
+            wasted = ia.union_list(sets.wasted.get(role, []))
             buckets = _buckets(prod, over, wasted, wall)
             roles.append({"role": role, "lanes": len(mine), **buckets})
             g = good_roles[role]

@@ -32,6 +32,7 @@ from typing import Any
 
 from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
 from ..answers.model import RL_BUCKETS
 from ..answers.verl_metrics import metric_check
@@ -179,8 +180,8 @@ def _rank_rows(idx: _Index, w: Window) -> list[dict[str, Any]]:
     span_ns = w.end_ns - w.start_ns
     for who in idx.whos:
         cats = idx.by_who_cat[who]
-        times = {c: iv.covered(cats.get(c, ()), w.start_ns, w.end_ns) for c in WORK_CATEGORIES}
-        busy = iv.covered([i for c in WORK_CATEGORIES for i in cats.get(c, ())], w.start_ns, w.end_ns)
+        times = {c: ia.covered(cats.get(c, ()), w.start_ns, w.end_ns) for c in WORK_CATEGORIES}
+        busy = ia.covered([i for c in WORK_CATEGORIES for i in cats.get(c, ())], w.start_ns, w.end_ns)
         times[IDLE] = span_ns - busy
         rows.append({"role": who.role, "lane": who.lane, "time_ns": times, "busy_ns": busy})
     return rows
@@ -199,8 +200,10 @@ def _role_rows(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def overlap(idx: _Index, lo: int, hi: int) -> dict[str, int]:
-    gen = iv.union(iv.clip([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
-    train = iv.union(iv.clip([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
+    gen = ia.union_list(iv.clip([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
+    train = ia.union_list(
+        iv.clip([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
+    )
     both = iv.length(iv.intersect(gen, train))
     g, t = iv.length(gen), iv.length(train)
     return {
@@ -218,7 +221,7 @@ def stragglers(idx: _Index, windows: list[Window]) -> list[dict[str, Any]]:
             cat = classify(stage)
             if cat == STEP:
                 continue
-            times = {lane: iv.covered(ints, w.start_ns, w.end_ns) for lane, ints in lanes.items()}
+            times = {lane: ia.covered(ints, w.start_ns, w.end_ns) for lane, ints in lanes.items()}
             times = {lane: t for lane, t in times.items() if t > 0}
             if len(times) < 2:
                 continue

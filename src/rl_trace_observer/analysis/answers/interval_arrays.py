@@ -1,0 +1,115 @@
+"""The interval lengths the report needs most, over numpy arrays: one lane's idle time per cause.
+
+:mod:`.intervals` is the reference (exact, pure Python, any ``int``); this module gives the same
+integers faster where numpy is installed (the ``shards`` extra) and every value fits in int64. The
+idle causes cost 64 lanes × 5 causes × an intersect and a subtract over every gap of the lane, in
+Python ~0.45 s of a 100k-event step's report; here each is two ``searchsorted`` over the cause's
+union, by a prefix sum of its lengths (:class:`Measure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+try:  # optional: without it the idle causes take the pure-Python path (same integers)
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy is in the shards extra the tests install
+    np = None
+
+from . import intervals as iv
+from .intervals import Interval
+
+INT64_SPAN = 2**62  # windows wider than this (hostile input) take the Python path: no overflow
+
+
+def available(lo: int, hi: int) -> bool:
+    """Whether lengths inside a non-empty ``[lo, hi)`` can be summed in int64 here."""
+    return np is not None and -INT64_SPAN < lo < hi < INT64_SPAN and hi - lo < INT64_SPAN
+
+
+def as_arrays(ints: Sequence[Interval]) -> tuple[Any, Any]:
+    """A union (sorted, disjoint) as its start and end arrays."""
+    if not ints:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    a = _pairs(ints)
+    return a[:, 0], a[:, 1]
+
+
+def _pairs(ints: Sequence[Interval]) -> Any:
+    """``ints`` as an (n, 2) int64 array (OverflowError beyond int64); from an iterator, 2.5x
+    faster than ``np.array`` of the tuples."""
+    flat = np.fromiter(chain.from_iterable(ints), dtype=np.int64, count=2 * len(ints))
+    return flat.reshape(-1, 2)
+
+
+def concat(a: Any, b: Any) -> Any:
+    return np.concatenate((a, b))
+
+
+def union(starts: Any, ends: Any) -> tuple[Any, Any]:
+    """:func:`.intervals.union` of intervals given as two arrays: touching ones join, empty ones go."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)  # how far the intervals so far cover
+    first = np.empty(len(starts), dtype=bool)
+    first[0] = True
+    first[1:] = starts[1:] > reach[:-1]  # a gap before it: a new interval of the union begins
+    heads = np.flatnonzero(first)
+    return starts[heads], np.maximum.reduceat(ends, heads)
+
+
+BIG = 256  # below this many intervals the pure-Python union is as fast (no array to build)
+
+
+def union_list(ints: Sequence[Interval]) -> list[Interval]:
+    """:func:`.intervals.union` of a list, through arrays when it is long and numpy is here."""
+    if np is None or len(ints) < BIG:
+        return iv.union(ints)
+    try:
+        a = _pairs(ints)
+    except OverflowError:  # beyond int64 (hostile input): exact in Python
+        return iv.union(ints)
+    s, e = union(a[:, 0], a[:, 1])
+    return list(zip(s.tolist(), e.tolist(), strict=True))
+
+
+def covered(ints: Sequence[Interval], lo: int, hi: int) -> int:
+    """:func:`.intervals.covered`, through arrays when the list is long and numpy is here."""
+    if np is None or len(ints) < BIG or not available(lo, hi):
+        return iv.covered(ints, lo, hi)
+    try:
+        a = _pairs(ints)
+    except OverflowError:
+        return iv.covered(ints, lo, hi)
+    s, e = union(np.clip(a[:, 0], lo, hi), np.clip(a[:, 1], lo, hi))
+    return int((e - s).sum())
+
+
+class Measure:
+    """How much of a union lies before any time ``x`` (``F(x)``), so that the length of the union
+    inside ``[s, e)`` is ``F(e) - F(s)`` for whole arrays of ``s`` and ``e`` at once."""
+
+    def __init__(self, starts: Any, ends: Any) -> None:
+        self.starts, self.ends = starts, ends
+        self.cum = np.concatenate(([0], np.cumsum(ends - starts)))
+        self.total = int(self.cum[-1])
+
+    def below(self, x: Any) -> Any:
+        k = np.searchsorted(self.starts, x, side="right")  # intervals starting at or before x
+        if not len(self.starts):
+            return np.zeros(len(x), dtype=np.int64)
+        inside = self.ends[np.maximum(k - 1, 0)] - x  # > 0 where x falls inside interval k-1
+        return self.cum[k] - np.where((k > 0) & (inside > 0), inside, 0)
+
+    def overlap(self, starts: Any, ends: Any) -> int:
+        """Length of this union inside the disjoint intervals ``[starts, ends)``."""
+        if not len(starts):
+            return 0
+        return int((self.below(ends) - self.below(starts)).sum())
