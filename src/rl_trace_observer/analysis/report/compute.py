@@ -150,24 +150,34 @@ class _Index:
         # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
         by_cat: dict[tuple[str, str], dict[str, list[iv.Interval]]] = {}
         of: dict[tuple[str, str], list[Span]] = {}
+        rows: dict[tuple[str, str], list[WorkSpan]] = {}
         roles: dict[Any, str] = {}
         for s in spans:
             role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
-            key = (role, lane_of(data, s))
+            args = s.args
+            lane = args.get("state_lane_id")  # RL-Insight's lane: lane_of's first rule, inline
+            key = (role, str(lane) if lane is not None else lane_of(data, s))
             cat = classify(s.name)
-            interval = (s.start_ns, s.end_ns)
+            start, end = s.start_ns, s.start_ns + s.dur_ns
+            interval = (start, end)
             cats = by_cat.get(key)
             if cats is None:
                 cats = by_cat[key] = defaultdict(list)
-                of[key] = []
+                of[key], rows[key] = [], []
             cats[cat].append(interval)
             self.by_who_name[(role, s.name)][key[1]].append(interval)
             of[key].append(s)
+            bucket = args.get(BUCKET_KEY) if args else None
+            rows[key].append(
+                WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket if bucket in RL_BUCKETS else None)
+            )
             self.all_by_cat[cat].append(interval)
+        self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
         for key, cats in by_cat.items():
             who = Who(*key)
             self.by_who_cat[who] = cats
             self.spans_of[who] = of[key]
+            self.rows_of[who] = rows[key]
         self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, _natural(w.lane)))
 
 
@@ -411,7 +421,8 @@ def model(data: TraceData) -> Model:
     gpu = gpu_section.analyze(
         data.gpu,
         [(w.step, w.start_ns, w.end_ns) for w in windows],
-        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work],
+        # only kernels look stages up (gpu.attribute): a run without Kineto/Proton builds none of them
+        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work] if len(data.gpu) else [],
         process_windows(markers, windows),
         who=lambda pid: process_identity(data, pid),
         process_names=data.process_names,
@@ -510,13 +521,4 @@ def build_summary(
 
 def work_spans(idx: _Index) -> list[WorkSpan]:
     """The stage spans as the answers' flat rows (who, name, category, start, end, ``rl.bucket``)."""
-    return [
-        WorkSpan(who.role, who.lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid, _bucket(s))
-        for who in idx.whos
-        for s in idx.spans_of[who]
-    ]
-
-
-def _bucket(s: Span) -> str | None:
-    value = s.args.get(BUCKET_KEY)
-    return value if value in RL_BUCKETS else None
+    return [row for who in idx.whos for row in idx.rows_of[who]]
