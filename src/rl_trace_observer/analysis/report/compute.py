@@ -168,9 +168,9 @@ class _Index:
             self.by_who_name[(role, s.name)][key[1]].append(interval)
             of[key].append(s)
             bucket = args.get(BUCKET_KEY) if args else None
-            rows[key].append(
-                WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket if bucket in RL_BUCKETS else None)
-            )
+            if bucket not in RL_BUCKETS:
+                bucket = None
+            rows[key].append(WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket))
             self.all_by_cat[cat].append(interval)
         self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
         for key, cats in by_cat.items():
@@ -422,7 +422,9 @@ def model(data: TraceData) -> Model:
         data.gpu,
         [(w.step, w.start_ns, w.end_ns) for w in windows],
         # only kernels look stages up (gpu.attribute): a run without Kineto/Proton builds none of them
-        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work] if len(data.gpu) else [],
+        [StageSpan(s.pid, s.start_ns, s.end_ns, classify(s.name), s.name) for s in work]
+        if len(data.gpu)
+        else [],
         process_windows(markers, windows),
         who=lambda pid: process_identity(data, pid),
         process_names=data.process_names,
