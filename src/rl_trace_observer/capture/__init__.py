@@ -5,9 +5,8 @@ set; integrations call it per event so a forked child transparently gets its own
 """
 
 from .clock import SYSTEM_CLOCK, Clock, ShiftedClock, SystemClock, snapshot
+from .file_names import EVENT_LOG_NAME, PROCESS_RECORD_NAME
 from .recorder import (
-    EVENT_LOG_NAME,
-    PROCESS_RECORD_NAME,
     PROCESS_RECORD_SCHEMA,
     Recorder,
     configure,

@@ -23,6 +23,7 @@ from .. import config as config_mod
 from ..common.encoding import dumps_line
 from . import identity
 from .clock import SYSTEM_CLOCK, Clock, snapshot
+from .file_names import EVENT_LOG_NAME, PROCESS_RECORD_NAME
 from .streams import DEFAULT_FLUSH_S, open_stream
 
 _dumps_line = dumps_line  # module-global lookup is cheaper than attribute access on the hot path
@@ -30,8 +31,6 @@ _dumps_line = dumps_line  # module-global lookup is cheaper than attribute acces
 log = logging.getLogger("rl_trace_observer")
 
 PROCESS_RECORD_SCHEMA = "rl-trace-process/1"
-EVENT_LOG_NAME = "rl-insight-{host}-pid-{pid}.chrome.jsonl"
-PROCESS_RECORD_NAME = "rl-trace-process-{host}-pid-{pid}.json"
 SOURCE_LABEL = "RL-Insight"
 MAX_CLOCK_SNAPSHOTS = 512  # a long run's step boundaries must not grow the record without bound
 

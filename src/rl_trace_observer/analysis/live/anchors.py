@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ...capture.file_names import is_process_record
 from .follow import walk
-
-RECORD_NAME = re.compile(r"^rl-trace-process-.+-pid-\d+\.json$")  # capture's PROCESS_RECORD_NAME
 
 
 class RecordAnchors:
@@ -30,7 +28,7 @@ class RecordAnchors:
         """file (relative to the run directory) -> anchor ns, from every process record now."""
         out: dict[str, int] = {}
         for rel, st in walk(self.root):
-            if not RECORD_NAME.match(posixpath.basename(rel)):
+            if not is_process_record(posixpath.basename(rel)):
                 continue
             known = self._seen.get(rel)
             if known is None or known[:2] != (st.st_size, st.st_mtime_ns):

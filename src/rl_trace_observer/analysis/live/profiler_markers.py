@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from ...capture.file_names import PROCESS_RECORD_PREFIX
 from ...merge.files.sources import discover
 from ...merge.formats import format_of
 from ...merge.formats.base import MarksSteps
@@ -24,12 +25,10 @@ from .follow import is_line_file
 if TYPE_CHECKING:
     from .seen import Seen
 
-RECORD_PREFIX = "rl-trace-process-"  # process records: rewritten often, never a profiler trace
-
 
 def profiler_markers(path: str) -> tuple[Marker, ...]:
     """The step markers of the trace at ``path``; none if it is not one that marks steps by itself."""
-    if os.path.basename(path).startswith(RECORD_PREFIX):
+    if os.path.basename(path).startswith(PROCESS_RECORD_PREFIX):
         return ()
     try:
         (src,) = discover([path])

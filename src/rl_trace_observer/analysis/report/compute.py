@@ -23,7 +23,6 @@ Definitions:
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Collection
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...merge.timeline.steps import as_int
-from ..answers import StepWindow, WorkSpan, answer_sections
+from ..answers import StepWindow, answer_sections
 from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
 from ..answers.model import RL_BUCKETS
@@ -39,11 +38,12 @@ from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
 from ..gpu.answers import gpu_answers
 from ..gpu.attribute import StageSpan
-from .identity import STAGE_CATS, lane_of, process_identity, process_role
+from .identity import STAGE_CATS, process_identity
 from .load import Span, TraceData
 from .request_work import replica_generation
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
+from .stage_index import BUCKET_KEY, StageIndex, natural_key, work_spans
 from .stages import (
     CATEGORIES,
     IDLE,
@@ -59,8 +59,6 @@ from .stages import (
 )
 from .telemetry import METRICS_CAT, telemetry_section
 from .windows import Window, process_windows, step_windows
-
-BUCKET_KEY = "rl.bucket"  # nemo-lens's goodput bucket on a leaf span (NeMo-RL's OTLP spans)
 
 SCHEMA = "rl-trace-report/4"
 LONGEST_SHOWN = 10
@@ -129,63 +127,8 @@ added ``rollout``):
 Additive changes keep the version; renames or removals bump it."""
 
 
-@dataclass(frozen=True)
-class Who:
-    role: str
-    lane: str
-
-
 # ------------------------------------------------------------------------------------ per step
-class _Index:
-    """Stage spans grouped the ways the report needs them."""
-
-    def __init__(self, data: TraceData, spans: list[Span]) -> None:
-        self.by_who_cat: dict[Who, dict[str, list[iv.Interval]]] = defaultdict(lambda: defaultdict(list))
-        self.by_who_name: dict[tuple[str, str], dict[str, list[iv.Interval]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        self.spans_of: dict[Who, list[Span]] = defaultdict(list)
-        self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
-        # keyed by plain (role, lane) tuples while filling: a frozen dataclass hashes in Python, four
-        # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
-        by_cat: dict[tuple[str, str], dict[str, list[iv.Interval]]] = {}
-        of: dict[tuple[str, str], list[Span]] = {}
-        rows: dict[tuple[str, str], list[WorkSpan]] = {}
-        roles: dict[Any, str] = {}
-        for s in spans:
-            role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
-            args = s.args
-            lane = args.get("state_lane_id")  # RL-Insight's lane: lane_of's first rule, inline
-            key = (role, str(lane) if lane is not None else lane_of(data, s))
-            cat = classify(s.name)
-            start, end = s.start_ns, s.start_ns + s.dur_ns
-            interval = (start, end)
-            cats = by_cat.get(key)
-            if cats is None:
-                cats = by_cat[key] = defaultdict(list)
-                of[key], rows[key] = [], []
-            cats[cat].append(interval)
-            self.by_who_name[(role, s.name)][key[1]].append(interval)
-            of[key].append(s)
-            bucket = args.get(BUCKET_KEY) if args else None
-            if bucket not in RL_BUCKETS:
-                bucket = None
-            rows[key].append(WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket))
-            self.all_by_cat[cat].append(interval)
-        self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
-        for key, cats in by_cat.items():
-            who = Who(*key)
-            self.by_who_cat[who] = cats
-            self.spans_of[who] = of[key]
-            self.rows_of[who] = rows[key]
-        self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, _natural(w.lane)))
-
-
-def _natural(text: str) -> tuple[Any, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
-
-
-def _rank_rows(idx: _Index, w: Window) -> list[dict[str, Any]]:
+def _rank_rows(idx: StageIndex, w: Window) -> list[dict[str, Any]]:
     rows = []
     span_ns = w.end_ns - w.start_ns
     for who in idx.whos:
@@ -209,7 +152,7 @@ def _role_rows(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def overlap(idx: _Index, lo: int, hi: int) -> dict[str, int]:
+def overlap(idx: StageIndex, lo: int, hi: int) -> dict[str, int]:
     gen = ia.union_list(iv.clip([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
     train = ia.union_list(
         iv.clip([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
@@ -224,7 +167,7 @@ def overlap(idx: _Index, lo: int, hi: int) -> dict[str, int]:
     }
 
 
-def stragglers(idx: _Index, windows: list[Window]) -> list[dict[str, Any]]:
+def stragglers(idx: StageIndex, windows: list[Window]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for w in windows:
         for (role, stage), lanes in idx.by_who_name.items():
@@ -235,7 +178,7 @@ def stragglers(idx: _Index, windows: list[Window]) -> list[dict[str, Any]]:
             times = {lane: t for lane, t in times.items() if t > 0}
             if len(times) < 2:
                 continue
-            slowest = max(sorted(times, key=_natural), key=lambda lane: times[lane])
+            slowest = max(sorted(times, key=natural_key), key=lambda lane: times[lane])
             median = statistics.median(times.values())
             median = int(median) if float(median).is_integer() else median
             lag = times[slowest] - median
@@ -332,7 +275,7 @@ def metrics(
     return out
 
 
-def gantt(idx: _Index, windows: list[Window]) -> dict[str, Any] | None:
+def gantt(idx: StageIndex, windows: list[Window]) -> dict[str, Any] | None:
     """Every lane's spans in one step: the profiled one, else the slowest."""
     if not windows:
         return None
@@ -405,7 +348,7 @@ class Model:
     markers: list[Span]
     work: list[Span]
     windows: list[Window]
-    idx: _Index
+    idx: StageIndex
     gpu: gpu_section.GpuResult
 
 
@@ -430,7 +373,7 @@ def model(data: TraceData) -> Model:
         process_names=data.process_names,
         merged=bool(data.metadata.get("rl_trace_observer")) or data.mode == "shards",
     )
-    return Model(spans, source, markers, work, windows, _Index(data, work), gpu)
+    return Model(spans, source, markers, work, windows, StageIndex(data, work), gpu)
 
 
 def build_summary(
@@ -519,8 +462,3 @@ def build_summary(
         **answers,
         "gpu": gpu,
     }
-
-
-def work_spans(idx: _Index) -> list[WorkSpan]:
-    """The stage spans as the answers' flat rows (who, name, category, start, end, ``rl.bucket``)."""
-    return [row for who in idx.whos for row in idx.rows_of[who]]

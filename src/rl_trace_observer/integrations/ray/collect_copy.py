@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...capture.file_names import PROCESS_RECORD_PREFIX
 from .collect_dest import Destination, Landing
 from .collect_node import chunk_view, safe_rel
 from .collect_report import CollectProgress, NodeReport
@@ -43,7 +44,7 @@ class CopyJob:
 def _order(rel: str) -> int:
     """Process records and event logs first: they are small and tell the merger who is who."""
     name = rel.rsplit("/", 1)[-1]
-    return 0 if name.startswith("rl-trace-process-") else 1 if name.endswith(".chrome.jsonl") else 2
+    return 0 if name.startswith(PROCESS_RECORD_PREFIX) else 1 if name.endswith(".chrome.jsonl") else 2
 
 
 def plan_todo(job: CopyJob, index: dict[str, dict[str, Any]], landed: dict[str, int]) -> list[list[Any]]:

@@ -18,12 +18,12 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
+from ...capture.file_names import is_process_record
 from ...capture.identity import hostname
 
 PROBE_PREFIX = ".rl-trace-collect-probe-"
 # Sidecar files that collect_dest writes into DEST/<run_id>/ and DEST/<run_id>/<node>/.
 COLLECTED_MARKERS = frozenset({".rl-trace-collect-index.json", ".rl-trace-collect-report.json"})
-RECORD_RE = re.compile(r"^rl-trace-process-.+-pid-\d+\.json$")
 # write_atomic's temp files (".<name>.<pid>.tmp"): half-written by definition, never worth copying.
 ATOMIC_TMP_RE = re.compile(r"^\..+\.\d+\.tmp$")
 # Our own event logs and samples files are append-only by contract (docs/FORMATS.md §1, §13): a prefix
@@ -195,7 +195,7 @@ def list_output_dir(output_dir: str | None, token: str) -> dict[str, Any]:
     out["exists"] = True
     _walk(root, out, token)
     for rel, _size, _mtime in out["files"]:
-        if "/" not in rel and RECORD_RE.match(rel):
+        if "/" not in rel and is_process_record(rel):
             out["records"][rel] = _read_record(os.path.join(root, rel))
     return out
 

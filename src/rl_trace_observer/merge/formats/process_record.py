@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from ...capture.file_names import PROCESS_RECORD_PREFIX
 from ...capture.recorder import expected_event_log
 from ..files.sources import Head
 from ..timeline.model import BAD_JSON, Problem, ProcessInfo, ProcessKey
@@ -33,7 +34,11 @@ class ProcessRecord(Format, ProcessRecords):
         if b'"schema": "rl-trace-process/' in head.data:
             return 100
         name = head.source.name
-        if name.startswith("rl-trace-process-") and name.endswith(".json") and head.data.lstrip()[:1] == b"{":
+        if (
+            name.startswith(PROCESS_RECORD_PREFIX)
+            and name.endswith(".json")
+            and head.data.lstrip()[:1] == b"{"
+        ):
             return 90
         return 0
 

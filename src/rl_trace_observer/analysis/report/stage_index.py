@@ -1,0 +1,77 @@
+"""The stage spans grouped the ways the report needs them (per lane and category, per role and
+name, per category), and the answers' flat rows made in the same one pass over the spans."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from ..answers import intervals as iv
+from ..answers.model import RL_BUCKETS, WorkSpan
+from .identity import lane_of, process_role
+from .load import Span, TraceData
+from .stages import classify
+
+BUCKET_KEY = "rl.bucket"  # nemo-lens's goodput bucket on a leaf span (NeMo-RL's OTLP spans)
+
+
+@dataclass(frozen=True)
+class Who:
+    role: str
+    lane: str
+
+
+class StageIndex:
+    """Stage spans grouped the ways the report needs them."""
+
+    def __init__(self, data: TraceData, spans: list[Span]) -> None:
+        self.by_who_cat: dict[Who, dict[str, list[iv.Interval]]] = defaultdict(lambda: defaultdict(list))
+        self.by_who_name: dict[tuple[str, str], dict[str, list[iv.Interval]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        self.spans_of: dict[Who, list[Span]] = defaultdict(list)
+        self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
+        # keyed by plain (role, lane) tuples while filling: a frozen dataclass hashes in Python, four
+        # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
+        by_cat: dict[tuple[str, str], dict[str, list[iv.Interval]]] = {}
+        of: dict[tuple[str, str], list[Span]] = {}
+        rows: dict[tuple[str, str], list[WorkSpan]] = {}
+        roles: dict[Any, str] = {}
+        for s in spans:
+            role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
+            args = s.args
+            lane = args.get("state_lane_id")  # RL-Insight's lane: lane_of's first rule, inline
+            key = (role, str(lane) if lane is not None else lane_of(data, s))
+            cat = classify(s.name)
+            start, end = s.start_ns, s.start_ns + s.dur_ns
+            interval = (start, end)
+            cats = by_cat.get(key)
+            if cats is None:
+                cats = by_cat[key] = defaultdict(list)
+                of[key], rows[key] = [], []
+            cats[cat].append(interval)
+            self.by_who_name[(role, s.name)][key[1]].append(interval)
+            of[key].append(s)
+            bucket = args.get(BUCKET_KEY) if args else None
+            if bucket not in RL_BUCKETS:
+                bucket = None
+            rows[key].append(WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket))
+            self.all_by_cat[cat].append(interval)
+        self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
+        for key, cats in by_cat.items():
+            who = Who(*key)
+            self.by_who_cat[who] = cats
+            self.spans_of[who] = of[key]
+            self.rows_of[who] = rows[key]
+        self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, natural_key(w.lane)))
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
+def work_spans(idx: StageIndex) -> list[WorkSpan]:
+    """The stage spans as the answers' flat rows (who, name, category, start, end, ``rl.bucket``)."""
+    return [row for who in idx.whos for row in idx.rows_of[who]]
