@@ -124,8 +124,9 @@ def _causality_reports(
     durations where a correction was not a constant (only those can turn negative)."""
     from ..clock.causality import CausalityReport, check_nesting, check_stage_alignment
 
-    stages: dict[int, list[dict[str, Any]]] = defaultdict(list)  # merged pid -> RL-Insight spans
-    regions: list[tuple[str, list[dict[str, Any]]]] = []  # (torch file, its regions)
+    # kept as the workers' tuples: only a process with Torch regions has its stages made into events
+    stages: dict[int, list[SpanSummary]] = defaultdict(list)  # merged pid -> RL-Insight spans
+    regions: list[tuple[str, list[SpanSummary]]] = []  # (torch file, its regions)
     tracks: dict[tuple[int, int], list[tuple[int, bool, SpanSummary]]] = defaultdict(list)
     durations = CausalityReport()
     for index, out in sorted(outcomes.items()):
@@ -142,20 +143,22 @@ def _causality_reports(
                 art.info.path,
             )
             durations.failed += negative - 1
-        events = [_as_event(s) for s in out.spans]
         role = _causality(art.info.kind)
         if role == STAGES:
-            for ev in events:
-                stages[ev["pid"]].append(ev)
-        elif role == REGIONS and events:
-            regions.append((art.info.path, events))
+            for span in out.spans:
+                stages[span[3]].append(span)
+        elif role == REGIONS and out.spans:
+            regions.append((art.info.path, list(out.spans)))
         for span in out.spans:
             tracks[(span[3], span[4])].append((index, varying, span))
     reports: list[Any] = [durations]
     for path, regs in regions:
         for pid, group in _by_pid(regs).items():
             if stages.get(pid):
-                reports.append(check_stage_alignment(stages[pid], group, tolerance_ns, path=path))
+                mine = [_as_event(s) for s in stages[pid]]
+                reports.append(
+                    check_stage_alignment(mine, [_as_event(s) for s in group], tolerance_ns, path=path)
+                )
     for entries in tracks.values():
         if len({i for i, _, _ in entries}) > 1 or any(v for _, v, _ in entries):
             reports.append(check_nesting([_as_event(s) for _, _, s in entries], tolerance_ns))
@@ -173,10 +176,10 @@ def _as_event(s: SpanSummary) -> dict[str, Any]:
     return {"ph": "X", "name": name, "ts_ns": start, "dur_ns": end - start, "pid": pid, "tid": tid}
 
 
-def _by_pid(events: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
-        out[e["pid"]].append(e)
+def _by_pid(spans: list[SpanSummary]) -> dict[int, list[SpanSummary]]:
+    out: dict[int, list[SpanSummary]] = defaultdict(list)
+    for s in spans:
+        out[s[3]].append(s)
     return out
 
 
