@@ -47,7 +47,7 @@ class TraceError(ValueError):
     """The file is not a Chrome trace we can read; the message names the file."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     name: str
     cat: str
@@ -62,7 +62,7 @@ class Span:
         return self.start_ns + self.dur_ns
 
 
-@dataclass
+@dataclass(slots=True)
 class Counter:
     name: str
     pid: Any

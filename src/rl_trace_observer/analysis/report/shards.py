@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from pathlib import Path
+from sys import intern
 from typing import Any
 
 import orjson
@@ -266,9 +267,9 @@ def _strings(values: list[str]) -> Any:
 
 def _span(row: dict[str, Any], base: int, with_args: bool = False, dur_ns: int | None = None) -> Span:
     dur = row["dur_ns"] if dur_ns is None else dur_ns
-    span = Span(
-        row["name"] or "",
-        row["category"] or "",
+    span = Span(  # a name or category per row, the same few values: interned, one string each
+        intern(row["name"] or ""),
+        intern(row["category"] or ""),
         row["trace_pid"],
         row["trace_tid"],
         row["ts_ns"] - base,

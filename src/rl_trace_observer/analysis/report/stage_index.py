@@ -39,11 +39,19 @@ class StageIndex:
         of: dict[tuple[str, str], list[Span]] = {}
         rows: dict[tuple[str, str], list[WorkSpan]] = {}
         roles: dict[Any, str] = {}
+        track_lanes: dict[tuple[Any, Any, str], str] = {}  # lane_of past its first rule: once a track
         for s in spans:
             role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
             args = s.args
             lane = args.get("state_lane_id")  # RL-Insight's lane: lane_of's first rule, inline
-            key = (role, str(lane) if lane is not None else lane_of(data, s))
+            if lane is not None:
+                lane = str(lane)
+            else:
+                track = (s.pid, s.tid, s.cat)
+                lane = track_lanes.get(track)
+                if lane is None:
+                    lane = track_lanes[track] = lane_of(data, s)
+            key = (role, lane)
             cat = classify(s.name)
             start, end = s.start_ns, s.start_ns + s.dur_ns
             interval = (start, end)
