@@ -89,4 +89,5 @@ def test_hostile_windows_take_the_python_path() -> None:
 )
 def test_long_lists_through_arrays_equal_the_reference(a: list[tuple[int, int]], lo: int, hi: int) -> None:
     assert ia.union_list(a) == iv.union(a)
+    assert ia.clipped_union(a, lo, hi) == iv.union(iv.clip(a, lo, hi))
     assert ia.covered(a, lo, hi) == iv.covered(a, lo, hi)

@@ -80,6 +80,18 @@ def union_list(ints: Sequence[Interval]) -> list[Interval]:
     return list(zip(s.tolist(), e.tolist(), strict=True))
 
 
+def clipped_union(ints: Sequence[Interval], lo: int, hi: int) -> list[Interval]:
+    """``union(clip(ints, lo, hi))`` (:mod:`.intervals`), through arrays when the list is long."""
+    if np is None or len(ints) < BIG or not available(lo, hi):
+        return iv.union(iv.clip(ints, lo, hi))
+    try:
+        a = _pairs(ints)
+    except OverflowError:
+        return iv.union(iv.clip(ints, lo, hi))
+    s, e = union(np.clip(a[:, 0], lo, hi), np.clip(a[:, 1], lo, hi))
+    return list(zip(s.tolist(), e.tolist(), strict=True))
+
+
 def covered(ints: Sequence[Interval], lo: int, hi: int) -> int:
     """:func:`.intervals.covered`, through arrays when the list is long and numpy is here."""
     if np is None or len(ints) < BIG or not available(lo, hi):

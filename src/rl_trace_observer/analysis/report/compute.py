@@ -153,10 +153,8 @@ def _role_rows(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def overlap(idx: StageIndex, lo: int, hi: int) -> dict[str, int]:
-    gen = ia.union_list(iv.clip([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi))
-    train = ia.union_list(
-        iv.clip([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
-    )
+    gen = ia.clipped_union([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
+    train = ia.clipped_union([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
     both = iv.length(iv.intersect(gen, train))
     g, t = iv.length(gen), iv.length(train)
     return {
