@@ -19,7 +19,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from .model import ROLLOUT, TRAINER, StepWindow, WorkSpan, by_lane, lane_kinds, natural
+from .model import ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds, natural
 
 STEP_END = "step end"
 MAX_EVENTS = 500
@@ -36,9 +36,11 @@ def _median(values: list[int]) -> int:
     return round(statistics.median(values)) if values else 0
 
 
-def arrivals(spans: list[WorkSpan], windows: list[StepWindow]) -> dict[str, Any]:
-    """The report's ``arrivals`` section."""
-    lanes = by_lane(spans)
+def arrivals(
+    spans: list[WorkSpan], windows: list[StepWindow], lanes: dict[Lane, list[WorkSpan]] | None = None
+) -> dict[str, Any]:
+    """The report's ``arrivals`` section; ``lanes``: ``by_lane(spans)`` when the caller has it."""
+    lanes = by_lane(spans) if lanes is None else lanes
     kinds = lane_kinds(lanes)
     events: list[dict[str, Any]] = []
     for w in windows:

@@ -191,9 +191,12 @@ def _buckets(
     return {"productive_ns": p, "overhead_ns": o, "idle_ns": wall - p - o - w, "wasted_ns": w}
 
 
-def idle_and_goodput(spans: list[WorkSpan], windows: list[StepWindow]) -> dict[str, Any]:
-    """The report's ``idle`` and ``goodput`` sections (schema in :data:`..report.compute.SCHEMA_DOC`)."""
-    lanes = by_lane(spans)
+def idle_and_goodput(
+    spans: list[WorkSpan], windows: list[StepWindow], lanes: dict[Lane, list[WorkSpan]] | None = None
+) -> dict[str, Any]:
+    """The report's ``idle`` and ``goodput`` sections (schema in :data:`..report.compute.SCHEMA_DOC`);
+    ``lanes``: ``by_lane(spans)`` when the caller has it already."""
+    lanes = by_lane(spans) if lanes is None else lanes
     kinds = lane_kinds(lanes)
     idle_steps, good_steps = [], []
     idle_roles: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(("idle_ns", *CAUSES), 0))

@@ -35,9 +35,8 @@ class StageIndex:
         self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
         # keyed by plain (role, lane) tuples while filling: a frozen dataclass hashes in Python, four
         # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
-        by_cat: dict[tuple[str, str], dict[str, list[iv.Interval]]] = {}
-        of: dict[tuple[str, str], list[Span]] = {}
-        rows: dict[tuple[str, str], list[WorkSpan]] = {}
+        # per (role, lane): its intervals per category, its spans, its answers' rows — one lookup a span
+        lanes: dict[tuple[str, str], tuple[dict[str, list[iv.Interval]], list[Span], list[WorkSpan]]] = {}
         roles: dict[Any, str] = {}
         track_lanes: dict[tuple[Any, Any, str], str] = {}  # lane_of past its first rule: once a track
         for s in spans:
@@ -55,24 +54,23 @@ class StageIndex:
             cat = classify(s.name)
             start, end = s.start_ns, s.start_ns + s.dur_ns
             interval = (start, end)
-            cats = by_cat.get(key)
-            if cats is None:
-                cats = by_cat[key] = defaultdict(list)
-                of[key], rows[key] = [], []
-            cats[cat].append(interval)
-            self.by_who_name[(role, s.name)][key[1]].append(interval)
-            of[key].append(s)
+            mine = lanes.get(key)
+            if mine is None:
+                mine = lanes[key] = (defaultdict(list), [], [])
+            mine[0][cat].append(interval)
+            self.by_who_name[(role, s.name)][lane].append(interval)
+            mine[1].append(s)
             bucket = args.get(BUCKET_KEY) if args else None
             if bucket not in RL_BUCKETS:
                 bucket = None
-            rows[key].append(WorkSpan(*key, s.name, cat, start, end, s.pid, s.tid, bucket))
+            mine[2].append(WorkSpan(role, lane, s.name, cat, start, end, s.pid, s.tid, bucket))
             self.all_by_cat[cat].append(interval)
         self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
-        for key, cats in by_cat.items():
+        for key, (cats, of, rows) in lanes.items():
             who = Who(*key)
             self.by_who_cat[who] = cats
-            self.spans_of[who] = of[key]
-            self.rows_of[who] = rows[key]
+            self.spans_of[who] = of
+            self.rows_of[who] = rows
         self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, natural_key(w.lane)))
 
 
