@@ -47,7 +47,7 @@ FORMATS = ("json", "json.gz", "pftrace", "pftrace.gz")
 REAL_TRACES = real_traces_dir(ROOT)  # ../shared/real-traces beside the checkout (or its main checkout)
 VOLATILE = re.compile(
     r"(elapsed|seconds|_s$|memory|rss|created|wall_ns_written|dir$|bytes_to_driver|bytes_pieces|"
-    r"bytes_shards|bytes_received|^bytes$|^path$|^manifest$|generated)"
+    r"bytes_shards|bytes_received|^bytes$|^path$|^manifest$|generated|merge_id)"
 )
 GEN_RUN = [
     "--events",
