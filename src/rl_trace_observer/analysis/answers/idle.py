@@ -101,9 +101,6 @@ class _StepSets:
         )
         self._cumulative: dict[tuple[str, str], list[tuple[str, ia.Measure]]] = {}
 
-    def work_arrays(self, lane: Lane) -> tuple[Any, Any]:
-        return ia.as_arrays(self.work[lane])
-
     def cumulative(self, lane: Lane, kinds: dict[Lane, str]) -> list[tuple[str, ia.Measure]]:
         """Per cause of :func:`_blockers`, the union of it and every cause before it, measured —
         the same for every lane of one role and kind, so made once per step for them."""
@@ -154,7 +151,7 @@ def _causes(lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow) 
     lo, hi = w.start_ns, w.end_ns
     if not ia.available(lo, hi):
         return {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
-    ws, we = sets.work_arrays(lane)
+    ws, we = ia.as_arrays(sets.work[lane])
     out = dict.fromkeys(CAUSES, 0)
     before = 0
     for cause, measure in sets.cumulative(lane, kinds):

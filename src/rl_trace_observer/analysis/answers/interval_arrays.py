@@ -68,40 +68,41 @@ def union(starts: Any, ends: Any) -> tuple[Any, Any]:
 BIG = 256  # below this many intervals the pure-Python union is as fast (no array to build)
 
 
-def union_list(ints: Sequence[Interval]) -> list[Interval]:
-    """:func:`.intervals.union` of a list, through arrays when it is long and numpy is here."""
-    if np is None or len(ints) < BIG:
-        return iv.union(ints)
+def _union_arrays(ints: Sequence[Interval], window: tuple[int, int] | None = None) -> tuple[Any, Any] | None:
+    """The union of ``ints`` (clipped to ``window``) as arrays; None where the pure-Python code must
+    give it: no numpy, a short list, or values beyond int64 (hostile input)."""
+    if np is None or len(ints) < BIG or (window is not None and not available(*window)):
+        return None
     try:
         a = _pairs(ints)
-    except OverflowError:  # beyond int64 (hostile input): exact in Python
-        return iv.union(ints)
-    s, e = union(a[:, 0], a[:, 1])
-    return list(zip(s.tolist(), e.tolist(), strict=True))
+    except OverflowError:
+        return None
+    starts, ends = a[:, 0], a[:, 1]
+    if window is not None:
+        starts, ends = np.clip(starts, *window), np.clip(ends, *window)
+    return union(starts, ends)
+
+
+def _as_list(u: tuple[Any, Any]) -> list[Interval]:
+    return list(zip(u[0].tolist(), u[1].tolist(), strict=True))
+
+
+def union_list(ints: Sequence[Interval]) -> list[Interval]:
+    """:func:`.intervals.union` of a list, through arrays when it is long and numpy is here."""
+    u = _union_arrays(ints)
+    return iv.union(ints) if u is None else _as_list(u)
 
 
 def clipped_union(ints: Sequence[Interval], lo: int, hi: int) -> list[Interval]:
     """``union(clip(ints, lo, hi))`` (:mod:`.intervals`), through arrays when the list is long."""
-    if np is None or len(ints) < BIG or not available(lo, hi):
-        return iv.union(iv.clip(ints, lo, hi))
-    try:
-        a = _pairs(ints)
-    except OverflowError:
-        return iv.union(iv.clip(ints, lo, hi))
-    s, e = union(np.clip(a[:, 0], lo, hi), np.clip(a[:, 1], lo, hi))
-    return list(zip(s.tolist(), e.tolist(), strict=True))
+    u = _union_arrays(ints, (lo, hi))
+    return iv.union(iv.clip(ints, lo, hi)) if u is None else _as_list(u)
 
 
 def covered(ints: Sequence[Interval], lo: int, hi: int) -> int:
     """:func:`.intervals.covered`, through arrays when the list is long and numpy is here."""
-    if np is None or len(ints) < BIG or not available(lo, hi):
-        return iv.covered(ints, lo, hi)
-    try:
-        a = _pairs(ints)
-    except OverflowError:
-        return iv.covered(ints, lo, hi)
-    s, e = union(np.clip(a[:, 0], lo, hi), np.clip(a[:, 1], lo, hi))
-    return int((e - s).sum())
+    u = _union_arrays(ints, (lo, hi))
+    return iv.covered(ints, lo, hi) if u is None else int((u[1] - u[0]).sum())
 
 
 class Measure:

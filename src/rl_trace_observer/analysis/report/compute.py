@@ -33,7 +33,7 @@ from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, answer_sections
 from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
-from ..answers.model import RL_BUCKETS
+from ..answers.model import RL_BUCKETS, natural
 from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
 from ..gpu.answers import gpu_answers
@@ -43,7 +43,7 @@ from .load import Span, TraceData
 from .request_work import replica_generation
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
-from .stage_index import BUCKET_KEY, StageIndex, natural_key, work_spans
+from .stage_index import BUCKET_KEY, StageIndex, work_spans
 from .stages import (
     CATEGORIES,
     IDLE,
@@ -176,7 +176,7 @@ def stragglers(idx: StageIndex, windows: list[Window]) -> list[dict[str, Any]]:
             times = {lane: t for lane, t in times.items() if t > 0}
             if len(times) < 2:
                 continue
-            slowest = max(sorted(times, key=natural_key), key=lambda lane: times[lane])
+            slowest = max(sorted(times, key=natural), key=lambda lane: times[lane])
             median = statistics.median(times.values())
             median = int(median) if float(median).is_integer() else median
             lag = times[slowest] - median

@@ -3,13 +3,12 @@ name, per category), and the answers' flat rows made in the same one pass over t
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from ..answers import intervals as iv
-from ..answers.model import RL_BUCKETS, WorkSpan
+from ..answers.model import RL_BUCKETS, WorkSpan, natural
 from .identity import lane_of, process_role
 from .load import Span, TraceData
 from .stages import classify
@@ -33,9 +32,8 @@ class StageIndex:
         )
         self.spans_of: dict[Who, list[Span]] = defaultdict(list)
         self.all_by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
-        # keyed by plain (role, lane) tuples while filling: a frozen dataclass hashes in Python, four
-        # times a span (a sixth of a live step's model); the ``Who`` keys are put on at the end
-        # per (role, lane): its intervals per category, its spans, its answers' rows — one lookup a span
+        # per (role, lane): its intervals per category, its spans, its answers' rows — one lookup a
+        # span, by a plain tuple (a frozen dataclass hashes in Python); ``Who`` keys put on at the end
         lanes: dict[tuple[str, str], tuple[dict[str, list[iv.Interval]], list[Span], list[WorkSpan]]] = {}
         roles: dict[Any, str] = {}
         track_lanes: dict[tuple[Any, Any, str], str] = {}  # lane_of past its first rule: once a track
@@ -71,11 +69,7 @@ class StageIndex:
             self.by_who_cat[who] = cats
             self.spans_of[who] = of
             self.rows_of[who] = rows
-        self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, natural_key(w.lane)))
-
-
-def natural_key(text: str) -> tuple[Any, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+        self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, natural(w.lane)))
 
 
 def work_spans(idx: StageIndex) -> list[WorkSpan]:

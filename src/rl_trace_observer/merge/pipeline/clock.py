@@ -148,17 +148,18 @@ def _causality_reports(
             for span in out.spans:
                 stages[span[3]].append(span)
         elif role == REGIONS and out.spans:
-            regions.append((art.info.path, list(out.spans)))
+            regions.append((art.info.path, out.spans))
         for span in out.spans:
             tracks[(span[3], span[4])].append((index, varying, span))
     reports: list[Any] = [durations]
+    stage_events: dict[int, list[dict[str, Any]]] = {}  # made once a process, however many Torch files
     for path, regs in regions:
         for pid, group in _by_pid(regs).items():
             if stages.get(pid):
-                mine = [_as_event(s) for s in stages[pid]]
-                reports.append(
-                    check_stage_alignment(mine, [_as_event(s) for s in group], tolerance_ns, path=path)
-                )
+                if pid not in stage_events:
+                    stage_events[pid] = [_as_event(s) for s in stages[pid]]
+                regions_of = [_as_event(s) for s in group]
+                reports.append(check_stage_alignment(stage_events[pid], regions_of, tolerance_ns, path=path))
     for entries in tracks.values():
         if len({i for i, _, _ in entries}) > 1 or any(v for _, v, _ in entries):
             reports.append(check_nesting([_as_event(s) for _, _, s in entries], tolerance_ns))
