@@ -324,7 +324,15 @@ def test_a_sampler_leaves_when_no_process_it_samples_for_is_alive(tmp_path: Path
 def test_a_sampler_leaves_when_its_output_directory_is_removed(tmp_path: Path) -> None:
     """The output directory moved away (as a test's temp dir is removed) while a member still runs:
     the sampler leaves within seconds instead of writing on for as long as the member lives, and the
-    member (re-checking every 0.2 s) starts no other one into the directory its writers recreate."""
+    member (re-checking every 0.2 s) starts no other one into the directory its writers recreate.
+
+    CI of 255c6ce: a sampler the member had launched while the first was still starting won the
+    election only after the first left, and sampled on into the recreated directory. Such a late
+    sampler (launched here by hand) now exits on the ``left`` note; a later run into the same
+    path (its first member finds no other) removes the note and gets a sampler again."""
+    import subprocess
+    import sys
+
     out = tmp_path / "run"
     member = _member(out, 120, publish=False)
     try:
@@ -337,9 +345,22 @@ def test_a_sampler_leaves_when_its_output_directory_is_removed(tmp_path: Path) -
         log = (node.node_dir(out) / "sampler.log").read_text()
         assert f"sampler pid {sampler} leaves: {out} was re" in log, log
         assert (node.node_dir(out) / node.LEFT).read_text().startswith(f"{out} was re")
+        late = subprocess.run(
+            [sys.executable, "-m", node.SAMPLER_MODULE, str(out)],
+            env=clean_env(RL_TRACE_OUTPUT_DIR=str(out), RL_TRACE_METRICS="1"),
+            capture_output=True,
+            timeout=60,
+        )
+        assert late.returncode == 0, late.stderr
+        assert _sampler_pids(out) == [], "a sampler started after the note samples into the new directory"
     finally:
         member.kill()
         member.wait(timeout=30)
+    again = _member(out, 1.0, publish=False)  # a later run into the same path
+    assert again.wait(timeout=60) == 0
+    assert node.wait_for_sampler(out, timeout_s=15)
+    assert len(_sampler_pids(out)) == 1, "the earlier run's note kept a new run unsampled"
+    assert not (node.node_dir(out) / node.LEFT).exists()
 
 
 @pytest.mark.parametrize("capture", [False, True])

@@ -24,7 +24,10 @@ unreliable and a stat there may hang.
 - ``profiling/<pid>``: present while that process runs a profiled step (the sampler then samples
   every ``RL_TRACE_METRICS_PROFILED_INTERVAL_S``); a flag of a dead pid is ignored.
 - ``left``: a sampler left because the output directory was removed or replaced; members start no
-  other sampler for it.
+  other sampler for it, and a sampler launched before that note (a member's re-check can launch one
+  while the last is still running) exits on seeing it even when it wins the election. The first
+  member of a later run (one that finds no other member: it can take ``members.lock`` exclusively)
+  removes the note.
 
 Nothing here runs on a training thread but a dict update and an ``Event.set``: joining, handing
 over targets and profiling flags (all file operations, if only on the node's temp dir) happen on
@@ -228,6 +231,10 @@ class _Agent:
             if self.members_fd is None:
                 _register(folder)  # listed before locking: a lock holder is always listed
                 fd = _open_lock(folder / MEMBERS)
+                if try_lock(fd, fcntl.LOCK_EX):  # the only member: a new run into this directory
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(folder / LEFT)  # an earlier run's note must not keep it unsampled
+                    fcntl.flock(fd, fcntl.LOCK_UN)
                 if not try_lock(fd, fcntl.LOCK_SH):  # the sampler is leaving: join after it left
                     os.close(fd)
                     return

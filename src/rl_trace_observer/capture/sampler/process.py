@@ -44,6 +44,11 @@ def main(argv: list[str]) -> int:
     election = node._open_lock(folder / node.SAMPLER)
     if not node.try_lock(election, fcntl.LOCK_EX):
         return 0  # another sampler won the race
+    if (folder / node.LEFT).exists():
+        # Started before a sampler left because the output directory went (a member's re-check
+        # can launch one while the last is still running): winning the election after it must
+        # not begin sampling into the directory the writers recreate.
+        return 0
     members = node._open_lock(folder / node.MEMBERS)
     host = identity.hostname()
     path = output_dir / SAMPLES_NAME.format(host=host, pid=os.getpid())
