@@ -428,6 +428,36 @@ def test_critical_path_equals_a_per_ns_walk(run: tuple[list[WorkSpan], list[Step
         assert path["segments_total"] == len(path["segments"])  # small windows: none cut off
 
 
+@st.composite
+def barrier_runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
+    """A synchronous step: 16-40 spans on every lane end at one instant (the walk then picks among
+    all of them at once, the path that skips ranking those that cannot be longest), among others."""
+    small, windows = draw(small_runs())
+    w = windows[-1]
+    end = draw(st.integers(w.start_ns + 1, w.end_ns + 10))
+    together = []
+    for _ in range(draw(st.integers(16, 40))):
+        role, lane = draw(st.sampled_from(LANES))
+        name = draw(st.sampled_from(NAMES))
+        start = draw(st.integers(w.start_ns - 10, end - 1))
+        pid, tid = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+        together.append(WorkSpan(role, lane, name, classify(name), start, end, pid, tid))
+    return [*small, *together], windows
+
+
+@settings(max_examples=150, deadline=None)
+@given(barrier_runs())
+def test_critical_path_at_a_barrier_equals_a_per_ns_walk(
+    run: tuple[list[WorkSpan], list[StepWindow]],
+) -> None:
+    spans, windows = run
+    for w, path in zip(windows, critical_paths(spans, windows), strict=True):
+        got: list[tuple[str | None, str]] = []
+        for seg in path["segments"]:
+            got += [(seg["lane"], seg["name"])] * seg["dur_ns"]
+        assert got == _path_per_ns(spans, w)
+
+
 @settings(max_examples=150, deadline=None)
 @given(runs())
 def test_idle_causes_by_measure_equal_the_interval_sets(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from ...common.atomic import write_atomic
+from ...common.collector_pause import collector_paused
 from ...merge.shards.layout import ShardsError
 from . import html as report_html
 from .compute import build_summary
@@ -58,13 +59,14 @@ def summarize(
 def _summarize(
     src: ResolvedInput, gpu: bool = True, only_steps: Collection[int | None] | None = None
 ) -> dict[str, Any]:
-    data = load_shards(src.shards, gpu) if src.shards is not None else load_trace(src.trace, gpu=gpu)
-    summary = build_summary(
-        data,
-        clock=clock_section(src.manifest, data.metadata),
-        artifacts=artifacts_section(src.manifest),
-        only_steps=only_steps,
-    )
+    with collector_paused():  # millions of objects that live until the summary is made
+        data = load_shards(src.shards, gpu) if src.shards is not None else load_trace(src.trace, gpu=gpu)
+        summary = build_summary(
+            data,
+            clock=clock_section(src.manifest, data.metadata),
+            artifacts=artifacts_section(src.manifest),
+            only_steps=only_steps,
+        )
     summary["source"]["path"] = str(src.merged_from or src.trace)
     summary["source"]["manifest"] = (
         str(src.manifest_path) if src.merged_from is None and src.manifest_path else None

@@ -43,7 +43,7 @@ def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
     for t in shards.threads:
         data.thread_names[(t["trace_pid"], t["trace_tid"])] = t["name"]
     base = shards.base_ns
-    kept: list[tuple[int, int, Span]] = []
+    kept = _Kept()
     counters: list[tuple[int, int, list[Counter]]] = []
     longest: list[tuple[int, int, int, Span]] = []  # (dur, -job, -ordinal, span): a min-heap of the top
     begins_ends: list[dict[str, Any]] = []
@@ -51,7 +51,7 @@ def load_shards(root: str | Path, gpu: bool = True) -> TraceData:
     for table in shards.scan([*_COLUMNS, "args"]):
         _part(table, base, known, kept, counters, longest, begins_ends, data, gpu)
     _pair(begins_ends, base, known, kept, longest, data)
-    data.spans = [s for _, _, s in sorted(kept, key=lambda k: k[:2])]
+    data.spans = kept.in_trace_order()
     data.counters = [c for _, _, cs in sorted(counters, key=lambda k: k[:2]) for c in cs]
     data.longest = [s for *_, s in sorted(longest, key=lambda k: k[:3], reverse=True)]
     return data
@@ -85,7 +85,7 @@ def _part(
     table: Any,
     base: int,
     known: dict[str, bool],
-    kept: list[tuple[int, int, Span]],
+    kept: _Kept,
     counters: list[tuple[int, int, list[Counter]]],
     longest: list[tuple[int, int, int, Span]],
     begins_ends: list[dict[str, Any]],
@@ -102,9 +102,7 @@ def _part(
     is_stage = pc.is_in(pc.fill_null(slices.column("name"), ""), value_set=_strings(stage_names))
     for prefix in STAGE_CATEGORIES:  # every prefix the JSON loader keeps (rl_trace.*: request spans)
         is_stage = pc.or_(is_stage, pc.starts_with(cat, prefix))
-    for row in slices.filter(is_stage).to_pylist():
-        span = _span(row, base, with_args=True)
-        kept.append((row["job"], row["ordinal"], span))
+    kept.add_part(slices.filter(is_stage), base)
     top = slices.sort_by([("dur_ns", "descending"), ("job", "ascending"), ("ordinal", "ascending")])
     for row in top.slice(0, LONGEST_KEPT).drop_columns(["args"]).to_pylist():
         _push(longest, (max(row["dur_ns"] or 0, 0), -row["job"], -row["ordinal"], _span(row, base)))
@@ -265,6 +263,90 @@ def _strings(values: list[str]) -> Any:
     return pa.array(values, pa.string())
 
 
+class _Kept:
+    """The stage spans in trace order (job, ordinal). The merge writes parts in that order, so spans
+    are appended as they come, their keys kept as machine ints, and sorted only when a part (or a
+    B/E pair met at its end) breaks the order: no key tuple per span, no sort of a million."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.jobs: array[int] = array("q")
+        self.ordinals: array[int] = array("q")
+        self.ordered = True
+
+    def add_part(self, stage: Any, base: int) -> None:
+        """The stage rows of one part, column by column (a dict per row cost more than the spans
+        themselves at 1M rows); names, categories and args decoded once per distinct value: equal
+        args text gives one shared dict (the report never changes a span's args)."""
+        if not stage.num_rows:
+            return
+        pc = compute()
+        jobs, ordinals = _ints(stage.column("job")), _ints(stage.column("ordinal"))
+        self._note_order(jobs[0], ordinals[0])
+        if self.ordered and not _ascending(stage):
+            self.ordered = False
+        columns = [
+            _decoded(stage.column("name"), lambda v: intern(v or "")),
+            _decoded(stage.column("category"), lambda v: intern(v or "")),
+            stage.column("trace_pid").to_pylist(),
+            stage.column("trace_tid").to_pylist(),
+            pc.subtract(stage.column("ts_ns"), base).to_pylist(),
+            pc.max_element_wise(pc.fill_null(stage.column("dur_ns"), 0), 0).to_pylist(),
+            _decoded(stage.column("args"), _args),
+        ]
+        self.spans.extend(map(Span, *columns))
+        self.jobs.extend(jobs)
+        self.ordinals.extend(ordinals)
+
+    def add(self, job: int, ordinal: int, span: Span) -> None:
+        self._note_order(job, ordinal)
+        self.spans.append(span)
+        self.jobs.append(job)
+        self.ordinals.append(ordinal)
+
+    def _note_order(self, job: int, ordinal: int) -> None:
+        if self.jobs and (job, ordinal) < (self.jobs[-1], self.ordinals[-1]):
+            self.ordered = False
+
+    def in_trace_order(self) -> list[Span]:
+        if self.ordered:
+            return self.spans
+        jobs, ordinals, spans = self.jobs, self.ordinals, self.spans
+        order = sorted(range(len(spans)), key=lambda i: (jobs[i], ordinals[i]))  # stable, as before
+        return [spans[i] for i in order]
+
+
+def _ints(column: Any) -> array[int]:
+    try:
+        return _q(column)
+    except _NotFast:  # another integer type or a null (not what the merge writes): Python ints
+        return array("q", column.to_pylist())
+
+
+def _ascending(stage: Any) -> bool:
+    """Whether one part's rows are in (job, ordinal) order, judged in Arrow."""
+    if stage.num_rows < 2:
+        return True
+    pc = compute()
+    n = stage.num_rows
+    job, ordinal = stage.column("job"), stage.column("ordinal")
+    j0, j1, o0, o1 = job.slice(0, n - 1), job.slice(1), ordinal.slice(0, n - 1), ordinal.slice(1)
+    step_ok = pc.or_(pc.greater(j1, j0), pc.and_(pc.equal(j1, j0), pc.greater_equal(o1, o0)))
+    return bool(pc.all(step_ok).as_py())
+
+
+def _decoded(column: Any, decode: Any) -> list[Any]:
+    """``decode`` of every value of a string column, called once per distinct value."""
+    encoded = column.combine_chunks().dictionary_encode()
+    values = [decode(v) for v in encoded.dictionary.to_pylist()]
+    if encoded.null_count:
+        values.append(decode(None))
+        indices = compute().fill_null(encoded.indices, len(values) - 1)
+    else:
+        indices = encoded.indices
+    return [values[i] for i in indices.to_pylist()]
+
+
 def _span(row: dict[str, Any], base: int, with_args: bool = False, dur_ns: int | None = None) -> Span:
     dur = row["dur_ns"] if dur_ns is None else dur_ns
     span = Span(  # a name or category per row, the same few values: interned, one string each
@@ -303,7 +385,7 @@ def _pair(
     rows: list[dict[str, Any]],
     base: int,
     known: dict[str, bool],
-    kept: list[tuple[int, int, Span]],
+    kept: _Kept,
     longest: list[tuple[int, int, int, Span]],
     data: TraceData,
 ) -> None:
@@ -324,6 +406,6 @@ def _pair(
         stage = _stage(begin["name"] or "", begin["category"] or "", known)
         span = _span(begin, base, with_args=stage, dur_ns=dur)
         if stage:  # the JSON loader meets a B/E span at its end: that is its place
-            kept.append((row["job"], row["ordinal"], span))
+            kept.add(row["job"], row["ordinal"], span)
         _push(longest, (span.dur_ns, -row["job"], -row["ordinal"], span))
     data.unmatched_ends += sum(len(s) for s in open_.values())

@@ -1,0 +1,102 @@
+"""The report's reading of span shards: spans in trace order however the parts come, and the
+collector paused for the bulk of it (resumed as it was)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl_trace_observer.common.collector_pause import collector_paused
+
+from ..conftest import requires
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), min_size=0, max_size=12),
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), max_size=4),
+    st.booleans(),
+)
+@requires("pyarrow")
+def test_spans_come_out_in_trace_order_however_the_parts_come(
+    parts: list[list[tuple[int, int]]], pairs: list[tuple[int, int]], sort_parts: bool
+) -> None:
+    """Parts in (job, ordinal) order (as the merge writes them) are kept as they come; a part out of
+    order, or a B/E pair met at its end, makes the keeper sort — stably, as the old tuple sort."""
+    import pyarrow as pa
+
+    from rl_trace_observer.analysis.report.load import Span
+    from rl_trace_observer.analysis.report.shards import _Kept
+
+    kept, everything, n = _Kept(), [], 0
+    for part in parts:
+        rows = sorted(part) if sort_parts else part
+        names = [f"s{n + i}" for i in range(len(rows))]
+        n += len(rows)
+        table = pa.table(
+            {
+                "name": pa.array(names, pa.string()),
+                "category": pa.array(["c"] * len(rows), pa.string()),
+                "trace_pid": pa.array([1] * len(rows), pa.int64()),
+                "trace_tid": pa.array([2] * len(rows), pa.int64()),
+                "ts_ns": pa.array([100 + o for _, o in rows], pa.int64()),
+                "dur_ns": pa.array([None if o % 5 == 0 else o - 25 for _, o in rows], pa.int64()),
+                "job": pa.array([j for j, _ in rows], pa.int64()),
+                "ordinal": pa.array([o for _, o in rows], pa.int64()),
+                "args": pa.array([None if o % 3 == 0 else f'{{"o":{o % 4}}}' for _, o in rows], pa.string()),
+            }
+        )
+        kept.add_part(table, base=100)
+        everything += [(j, o, name) for (j, o), name in zip(rows, names, strict=True)]
+    for j, o in pairs:
+        kept.add(j, o, Span(f"s{n}", "c", 1, 2, 0, 0))
+        everything.append((j, o, f"s{n}"))
+        n += 1
+    got = kept.in_trace_order()
+    assert [s.name for s in got] == [name for *_, name in sorted(everything, key=lambda e: e[:2])]
+    by_name = {s.name: s for s in got}
+    for _, o, name in everything[: len(everything) - len(pairs)]:  # the rows read from Arrow
+        s = by_name[name]
+        assert (s.start_ns, s.dur_ns) == (o, 0 if o % 5 == 0 else max(o - 25, 0))
+        assert s.args == ({} if o % 3 == 0 else {"o": o % 4})
+
+
+def test_the_collector_resumes_only_when_the_last_pause_ends_and_only_if_it_ran() -> None:
+    assert gc.isenabled()
+    started, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with collector_paused():
+            started.set()
+            release.wait(10)
+
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            worker = threading.Thread(target=other)
+            worker.start()
+            assert started.wait(10)
+        assert not gc.isenabled()  # the other pause still runs
+        release.set()
+        worker.join(10)
+        assert gc.isenabled()
+        gc.disable()  # the program's own choice stays
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        release.set()
+        gc.enable()
+
+
+def test_a_failing_block_resumes_the_collector() -> None:
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
