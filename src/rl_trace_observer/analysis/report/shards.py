@@ -288,8 +288,8 @@ class _Kept:
         columns = [
             _decoded(stage.column("name"), lambda v: intern(v or "")),
             _decoded(stage.column("category"), lambda v: intern(v or "")),
-            stage.column("trace_pid").to_pylist(),
-            stage.column("trace_tid").to_pylist(),
+            _decoded(stage.column("trace_pid"), _same),  # a few tracks: one int object each
+            _decoded(stage.column("trace_tid"), _same),
             pc.subtract(stage.column("ts_ns"), base).to_pylist(),
             pc.max_element_wise(pc.fill_null(stage.column("dur_ns"), 0), 0).to_pylist(),
             _decoded(stage.column("args"), _args),
@@ -335,8 +335,13 @@ def _ascending(stage: Any) -> bool:
     return bool(pc.all(step_ok).as_py())
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 def _decoded(column: Any, decode: Any) -> list[Any]:
-    """``decode`` of every value of a string column, called once per distinct value."""
+    """``decode`` of every value of a column, called once per distinct value (whose one result
+    every row with that value shares)."""
     encoded = column.combine_chunks().dictionary_encode()
     values = [decode(v) for v in encoded.dictionary.to_pylist()]
     if encoded.null_count:
