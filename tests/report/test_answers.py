@@ -435,11 +435,12 @@ def barrier_runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
     small, windows = draw(small_runs())
     w = windows[-1]
     end = draw(st.integers(w.start_ns + 1, w.end_ns + 10))
+    in_step = draw(st.none() | st.integers(w.start_ns - 10, end - 1))  # all begin together too
     together = []
     for _ in range(draw(st.integers(16, 40))):
         role, lane = draw(st.sampled_from(LANES))
         name = draw(st.sampled_from(NAMES))
-        start = draw(st.integers(w.start_ns - 10, end - 1))
+        start = draw(st.integers(w.start_ns - 10, end - 1)) if in_step is None else in_step
         pid, tid = draw(st.integers(0, 3)), draw(st.integers(0, 3))
         together.append(WorkSpan(role, lane, name, classify(name), start, end, pid, tid))
     return [*small, *together], windows

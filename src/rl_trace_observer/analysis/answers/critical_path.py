@@ -36,6 +36,9 @@ MAX_SEGMENTS = 200
 def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     lo, hi = w.start_ns, w.end_ns
     order = {lane: i for i, lane in enumerate(sorted({(s.role, s.lane) for s in spans}, key=_lane_key))}
+    lane_first: dict[str, dict[str, int]] = defaultdict(dict)  # order by role, then lane: no tuple a span
+    for (role, lane), i in order.items():
+        lane_first[role][lane] = i
 
     def rank(s: WorkSpan) -> tuple[int, int, tuple[int, int, str]]:
         """Among spans of one end: the longest, then the first lane, then the first track — never the
@@ -56,7 +59,7 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
             break
         end = ends[k]
         first = bisect.bisect_left(ends, end, 0, k)
-        s = max(reversed(_longest(live[first : k + 1], lo)), key=rank)  # the last of equals, as a sort's
+        s = max(reversed(_contenders(live[first : k + 1], lo, lane_first)), key=rank)  # the last of equals
         if end < t:
             segments.append(_segment(None, end, t))
         start = max(s.start_ns, lo)
@@ -67,14 +70,20 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     return segments
 
 
-def _longest(ending: list[WorkSpan], lo: int) -> list[WorkSpan]:
-    """Of spans that end together, those that start first (clipped at ``lo``): the only ones
-    ``rank`` can put first, in their order. When a whole step's lanes end at one instant (a
-    synchronous barrier) that is every span of the step; ranking each cost 4 s at 1M spans."""
+def _contenders(ending: list[WorkSpan], lo: int, lane_first: dict[str, dict[str, int]]) -> list[WorkSpan]:
+    """Of spans that end together, those ``rank`` can put first, in their order: the longest
+    (clipped at ``lo``), then of those the lane named first. When a step's lanes end their spans at
+    one instant (a synchronous barrier, 64 lanes in the watch bench) ranking each one in full was 4 s
+    of a 1M-span report; these two cheap passes leave ``rank`` a few."""
     if len(ending) < 16:
         return ending
     first = max(min(map(_start, ending)), lo)
-    return [s for s in ending if (s.start_ns if s.start_ns > lo else lo) == first]
+    longest = [s for s in ending if (s.start_ns if s.start_ns > lo else lo) == first]
+    if len(longest) < 16:
+        return longest
+    places = [lane_first[s.role][s.lane] for s in longest]
+    best = min(places)
+    return [s for s, place in zip(longest, places, strict=True) if place == best]
 
 
 def _track(s: WorkSpan) -> tuple[int, int, str]:

@@ -37,32 +37,31 @@ class StageIndex:
         lanes: dict[tuple[str, str], tuple[dict[str, list[iv.Interval]], list[Span], list[WorkSpan]]] = {}
         roles: dict[Any, str] = {}
         track_lanes: dict[tuple[Any, Any, str], str] = {}  # lane_of past its first rule: once a track
+        # Everything a span's row and lists depend on — its track, name, lane and bucket — worked
+        # out once per such context, not per span (1M spans come in a few thousand contexts)
+        contexts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        new_row = tuple.__new__
         for s in spans:
-            role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
             args = s.args
             lane = args.get("state_lane_id")  # RL-Insight's lane: lane_of's first rule, inline
             if lane is not None:
                 lane = str(lane)
-            else:
-                track = (s.pid, s.tid, s.cat)
-                lane = track_lanes.get(track)
-                if lane is None:
-                    lane = track_lanes[track] = lane_of(data, s)
-            key = (role, lane)
-            cat = classify(s.name)
-            start, end = s.start_ns, s.start_ns + s.dur_ns
-            interval = (start, end)
-            mine = lanes.get(key)
-            if mine is None:
-                mine = lanes[key] = (defaultdict(list), [], [])
-            mine[0][cat].append(interval)
-            self.by_who_name[(role, s.name)][lane].append(interval)
-            mine[1].append(s)
             bucket = args.get(BUCKET_KEY) if args else None
-            if bucket not in RL_BUCKETS:
+            if bucket is not None and bucket not in RL_BUCKETS:
                 bucket = None
-            mine[2].append(WorkSpan(role, lane, s.name, cat, start, end, s.pid, s.tid, bucket))
-            self.all_by_cat[cat].append(interval)
+            key = (s.pid, s.tid, s.cat, s.name, lane, bucket)
+            ctx = contexts.get(key)
+            if ctx is None:
+                ctx = contexts[key] = self._context(data, s, lane, bucket, roles, track_lanes, lanes)
+            role, lane, cat, bucket, in_cat, in_name, in_all, of, rows = ctx
+            start = s.start_ns
+            end = start + s.dur_ns
+            interval = (start, end)
+            in_cat.append(interval)
+            in_name.append(interval)
+            in_all.append(interval)
+            of.append(s)
+            rows.append(new_row(WorkSpan, (role, lane, s.name, cat, start, end, s.pid, s.tid, bucket)))
         self.rows_of: dict[Who, list[WorkSpan]] = {}  # the answers' rows (:func:`work_spans`), made here
         for key, (cats, of, rows) in lanes.items():
             who = Who(*key)
@@ -70,6 +69,33 @@ class StageIndex:
             self.spans_of[who] = of
             self.rows_of[who] = rows
         self.whos = sorted(self.by_who_cat, key=lambda w: (w.role, natural(w.lane)))
+
+    def _context(
+        self,
+        data: TraceData,
+        s: Span,
+        lane: str | None,
+        bucket: Any,
+        roles: dict[Any, str],
+        track_lanes: dict[tuple[Any, Any, str], str],
+        lanes: dict[tuple[str, str], tuple[dict[str, list[iv.Interval]], list[Span], list[WorkSpan]]],
+    ) -> tuple[Any, ...]:
+        """A span's role, lane (``lane``: its own RL-Insight lane, else its track's), category and
+        the lists it goes into."""
+        role = roles.get(s.pid) or roles.setdefault(s.pid, process_role(data, s.pid))
+        if lane is None:
+            track = (s.pid, s.tid, s.cat)
+            lane = track_lanes.get(track)
+            if lane is None:
+                lane = track_lanes[track] = lane_of(data, s)
+        cat = classify(s.name)
+        mine = lanes.get((role, lane))
+        if mine is None:
+            mine = lanes[(role, lane)] = (defaultdict(list), [], [])
+        return (
+            role, lane, cat, bucket, mine[0][cat], self.by_who_name[(role, s.name)][lane],
+            self.all_by_cat[cat], mine[1], mine[2],
+        )  # fmt: skip
 
 
 def work_spans(idx: StageIndex) -> list[WorkSpan]:
