@@ -13,9 +13,18 @@ from rl_trace_observer.analysis.answers import StepWindow, WorkSpan, answer_sect
 from rl_trace_observer.analysis.answers import intervals as iv
 from rl_trace_observer.analysis.answers.arrivals import arrivals, sentence
 from rl_trace_observer.analysis.answers.critical_path import critical_paths
-from rl_trace_observer.analysis.answers.idle import CAUSES, _cause_sets, _causes, _StepSets, idle_and_goodput
+from rl_trace_observer.analysis.answers.idle import (
+    CAUSES,
+    LaneColumns,
+    _cause_sets,
+    _causes,
+    _StepSets,
+    idle_and_goodput,
+)
 from rl_trace_observer.analysis.answers.model import by_lane, lane_kinds
 from rl_trace_observer.analysis.report.stages import classify
+
+from ..conftest import requires
 
 W = StepWindow(7, 10_000, 11_000)  # one step: 1000 ns, not starting at 0
 
@@ -471,3 +480,28 @@ def test_idle_causes_by_measure_equal_the_interval_sets(run: tuple[list[WorkSpan
         for lane in kinds:
             want = {c: iv.length(ints) for c, ints in _cause_sets(lane, kinds, sets, w).items()}
             assert _causes(lane, kinds, sets, w) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(), st.sampled_from([None, "productive", "overhead", "idle", "wasted"]))
+@requires("numpy")
+def test_a_steps_sets_from_columns_equal_those_from_the_spans(
+    run: tuple[list[WorkSpan], list[StepWindow]], bucket: str | None
+) -> None:
+    """The columnar sets (masks over each lane's arrays, made once per report) against the Python
+    loop over the spans, set by set, with some spans carrying their own ``rl.bucket``."""
+    spans, windows = run
+    spans = [s._replace(bucket=bucket) if i % 3 == 0 else s for i, s in enumerate(spans)]
+    lanes = by_lane(spans)
+    kinds = lane_kinds(lanes)
+    columns = LaneColumns.make(lanes, kinds)
+    assert columns is not None
+    for w in windows:
+        fast, slow = _StepSets(lanes, w, kinds, columns), _StepSets(lanes, w, kinds)
+        assert fast.work == slow.work
+        for name in ("productive", "overhead", "wasted"):
+            got, want = getattr(fast, name), getattr(slow, name)
+            assert set(got) == set(want)
+            assert {r: iv.union(got[r]) for r in got} == {r: iv.union(want[r]) for r in want}
+        assert (fast.sync, fast.gen, fast.train) == (slow.sync, slow.gen, slow.train)
+        assert fast.role_work == slow.role_work and fast.worker_work == slow.worker_work

@@ -24,6 +24,11 @@ from .intervals import Interval
 INT64_SPAN = 2**62  # windows wider than this (hostile input) take the Python path: no overflow
 
 
+def numpy_or_none() -> Any:
+    """numpy where it is installed (the ``shards`` extra), else None."""
+    return np
+
+
 def available(lo: int, hi: int) -> bool:
     """Whether lengths inside a non-empty ``[lo, hi)`` can be summed in int64 here."""
     return np is not None and -INT64_SPAN < lo < hi < INT64_SPAN and hi - lo < INT64_SPAN
@@ -83,20 +88,20 @@ def _union_arrays(ints: Sequence[Interval], window: tuple[int, int] | None = Non
     return union(starts, ends)
 
 
-def _as_list(u: tuple[Any, Any]) -> list[Interval]:
+def as_list(u: tuple[Any, Any]) -> list[Interval]:
     return list(zip(u[0].tolist(), u[1].tolist(), strict=True))
 
 
 def union_list(ints: Sequence[Interval]) -> list[Interval]:
     """:func:`.intervals.union` of a list, through arrays when it is long and numpy is here."""
     u = _union_arrays(ints)
-    return iv.union(ints) if u is None else _as_list(u)
+    return iv.union(ints) if u is None else as_list(u)
 
 
 def clipped_union(ints: Sequence[Interval], lo: int, hi: int) -> list[Interval]:
     """``union(clip(ints, lo, hi))`` (:mod:`.intervals`), through arrays when the list is long."""
     u = _union_arrays(ints, (lo, hi))
-    return iv.union(iv.clip(ints, lo, hi)) if u is None else _as_list(u)
+    return iv.union(iv.clip(ints, lo, hi)) if u is None else as_list(u)
 
 
 def covered(ints: Sequence[Interval], lo: int, hi: int) -> int:
