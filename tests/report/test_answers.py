@@ -18,6 +18,7 @@ from rl_trace_observer.analysis.answers.idle import (
     LaneColumns,
     _cause_sets,
     _causes,
+    _listed,
     _StepSets,
     idle_and_goodput,
 )
@@ -498,10 +499,13 @@ def test_a_steps_sets_from_columns_equal_those_from_the_spans(
     assert columns is not None
     for w in windows:
         fast, slow = _StepSets(lanes, w, kinds, columns), _StepSets(lanes, w, kinds)
-        assert fast.work == slow.work
+        assert {k: _listed(v) for k, v in fast.work.items()} == slow.work
         for name in ("productive", "overhead", "wasted"):
             got, want = getattr(fast, name), getattr(slow, name)
             assert set(got) == set(want)
             assert {r: iv.union(got[r]) for r in got} == {r: iv.union(want[r]) for r in want}
-        assert (fast.sync, fast.gen, fast.train) == (slow.sync, slow.gen, slow.train)
-        assert fast.role_work == slow.role_work and fast.worker_work == slow.worker_work
+        for name in ("sync", "gen", "train", "worker_work"):
+            assert _listed(getattr(fast, name)) == getattr(slow, name), name
+        assert {k: _listed(v) for k, v in fast.role_work.items()} == slow.role_work
+        for lane in kinds:  # and the idle causes made from them
+            assert _causes(lane, kinds, fast, w) == _causes(lane, kinds, slow, w)

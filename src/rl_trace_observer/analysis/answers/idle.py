@@ -41,6 +41,7 @@ CAUSES = (
     "unexplained",
 )
 BUCKETS = ("productive", "overhead", "idle", "wasted")
+Ints = list[iv.Interval] | ia.ArrayUnion  # a union: a list of intervals, or its two arrays
 
 
 # What a span counts as in a window, as bits: its stage and ``rl.bucket`` (and its lane's kind) decide
@@ -108,26 +109,25 @@ class _StepSets:
         columns: LaneColumns | None = None,
     ) -> None:
         lo, hi = w.start_ns, w.end_ns
-        self.work: dict[Lane, list[iv.Interval]] = {}
+        # lists of intervals (the Python path) or ArrayUnions (the columns path: only ever measured)
+        self.work: dict[Lane, Ints] = {}
+        self.sync: Ints = []
+        self.gen: Ints = []
+        self.train: Ints = []
+        self.role_work: dict[str, Ints] = {}
+        self.worker_work: Ints = []
         # per role, not per lane: goodput joins a role's lanes (a role is productive while any is)
         self.productive: dict[str, list[iv.Interval]] = defaultdict(list)
         self.overhead: dict[str, list[iv.Interval]] = defaultdict(list)
         self.wasted: dict[str, list[iv.Interval]] = defaultdict(list)
-        if columns is not None and ia.available(lo, hi):
-            self._from_columns(columns, lo, hi, kinds)
-        else:
-            self._from_spans(lanes, lo, hi, kinds)
         # What blocks a lane where it is idle: the work of its role's lanes, and of every worker lane.
         # Its own work is in them too, but never where it is idle (its idle time is the window minus
         # its work), so one union per role serves every lane of it: a union per lane of all the
         # OTHER lanes cost lanes² (37 s of a 64-lane, 100k-event step).
-        self.role_work = {
-            role: ia.union_list([i for lane, ints in self.work.items() if lane[0] == role for i in ints])
-            for role in {lane[0] for lane in self.work}
-        }
-        self.worker_work = ia.union_list(
-            [i for lane, ints in self.work.items() if kinds[lane] in (TRAINER, ROLLOUT) for i in ints]
-        )
+        if columns is not None and ia.available(lo, hi):
+            self._from_columns(columns, lo, hi, kinds)
+        else:
+            self._from_spans(lanes, lo, hi, kinds)
         self._cumulative: dict[tuple[str, str], list[tuple[str, ia.Measure]]] = {}
 
     def _from_columns(self, columns: LaneColumns, lo: int, hi: int, kinds: dict[Lane, str]) -> None:
@@ -145,20 +145,24 @@ class _StepSets:
                 m = (flags & bit) != 0
                 picked[("", bit)].append((starts[m], ends[m]))
 
-        def union(key: Any, bit: int) -> list[iv.Interval]:
+        def union(key: Any, bit: int) -> tuple[Any, Any]:
             parts = picked.get((key, bit), [])
             if not parts:
-                return []
-            u = ia.union(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
-            return ia.as_list(u)
+                return ia.as_arrays([])
+            return ia.union(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
 
-        for lane in columns.cols:
-            self.work[lane] = union(lane, _WORK)
+        work = {lane: ia.ArrayUnion(*union(lane, _WORK)) for lane in columns.cols}
+        self.work = dict(work)
+        self.role_work = {
+            role: ia.joined([u for lane, u in work.items() if lane[0] == role])
+            for role in {lane[0] for lane in work}
+        }
+        self.worker_work = ia.joined([u for lane, u in work.items() if kinds[lane] in (TRAINER, ROLLOUT)])
         for role in {lane[0] for lane in columns.cols}:
-            self.productive[role] = union(role, _PROD)
-            self.overhead[role] = union(role, _OVER)
-            self.wasted[role] = union(role, _WASTED)
-        self.sync, self.gen, self.train = union("", _SYNC), union("", _GEN), union("", _TRAIN)
+            self.productive[role] = ia.as_list(union(role, _PROD))
+            self.overhead[role] = ia.as_list(union(role, _OVER))
+            self.wasted[role] = ia.as_list(union(role, _WASTED))
+        self.sync, self.gen, self.train = (ia.ArrayUnion(*union("", bit)) for bit in (_SYNC, _GEN, _TRAIN))
 
     def _from_spans(
         self, lanes: dict[Lane, list[WorkSpan]], lo: int, hi: int, kinds: dict[Lane, str]
@@ -199,6 +203,13 @@ class _StepSets:
                     train.append(i)
             self.work[lane] = ia.union_list(work)
         self.sync, self.gen, self.train = ia.union_list(sync), ia.union_list(gen), ia.union_list(train)
+        self.role_work = {
+            role: ia.union_list([i for lane, ints in self.work.items() if lane[0] == role for i in ints])
+            for role in {lane[0] for lane in self.work}
+        }
+        self.worker_work = ia.union_list(
+            [i for lane, ints in self.work.items() if kinds[lane] in (TRAINER, ROLLOUT) for i in ints]
+        )
 
     def cumulative(self, lane: Lane, kinds: dict[Lane, str]) -> list[tuple[str, ia.Measure]]:
         """Per cause of :func:`_blockers`, the union of it and every cause before it, measured —
@@ -215,10 +226,10 @@ class _StepSets:
         return self._cumulative[key]
 
 
-def _blockers(lane: Lane, kinds: dict[Lane, str], sets: _StepSets) -> list[tuple[str, list[iv.Interval]]]:
+def _blockers(lane: Lane, kinds: dict[Lane, str], sets: _StepSets) -> list[tuple[str, Ints]]:
     """What can keep ``lane`` idle, in the order the causes are tried (the first that holds wins)."""
     kind = kinds[lane]
-    steps: list[tuple[str, list[iv.Interval]]] = [("weight_sync", sets.sync)]
+    steps: list[tuple[str, Ints]] = [("weight_sync", sets.sync)]
     if kind != ROLLOUT:
         steps.append(("waiting_for_rollout", sets.gen))
     if kind != TRAINER:
@@ -229,15 +240,19 @@ def _blockers(lane: Lane, kinds: dict[Lane, str], sets: _StepSets) -> list[tuple
     return steps
 
 
+def _listed(ints: Ints) -> list[iv.Interval]:
+    return ints.intervals() if isinstance(ints, ia.ArrayUnion) else ints
+
+
 def _cause_sets(
     lane: Lane, kinds: dict[Lane, str], sets: _StepSets, w: StepWindow
 ) -> dict[str, list[iv.Interval]]:
     """The lane's idle time in ``w`` as intervals per cause (the first cause that holds wins)."""
-    rest = iv.subtract([(w.start_ns, w.end_ns)], sets.work[lane])
+    rest = iv.subtract([(w.start_ns, w.end_ns)], _listed(sets.work[lane]))
     out: dict[str, list[iv.Interval]] = {c: [] for c in CAUSES}
     for cause, blocker in _blockers(lane, kinds, sets):
-        out[cause] += iv.intersect(rest, blocker)
-        rest = iv.subtract(rest, blocker)
+        out[cause] += iv.intersect(rest, _listed(blocker))
+        rest = iv.subtract(rest, _listed(blocker))
     out["driver"] = rest
     return out
 
