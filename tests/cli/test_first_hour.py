@@ -216,9 +216,11 @@ def test_the_demo_opens_on_its_steps_and_marks_its_set_up(demo: dict[str, Any]) 
     timed = [e for e in whole if e.get("ph") in ("X", "C", "i", "I", "b", "e")]
     start_us = min(e["ts"] for e in timed)
     assert setup["ts"] == start_us  # the set-up slice starts the timeline ...
-    assert setup["dur"] > 0.8 * (
-        max(e["ts"] + e.get("dur", 0) for e in timed) - start_us
-    )  # ... is most of it
+    first_us = first_ns / 1000  # the report's times are the trace's, in ns
+    gap_us = first_us - (setup["ts"] + setup["dur"])
+    assert 0 <= gap_us < 0.05 * (first_us - start_us), (gap_us, first_us, start_us)  # ... up to step 1
+    # (Not "most of the whole trace": on a loaded 2-core CI machine the three steps took 12 s after a
+    # 27 s set-up, 0.68 of it, where they take ~2 s after ~14 s here.)
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in whole if e.get("name") == "thread_name"}
     assert threads[(setup["pid"], setup["tid"])].endswith("set-up")
     # the steps view: Perfetto's timeline is the steps (no set-up), 0 import errors
