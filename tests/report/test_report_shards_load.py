@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -100,3 +101,50 @@ def test_a_failing_block_resumes_the_collector() -> None:
     with pytest.raises(RuntimeError), collector_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+ARGS = [{}, {"state_lane_id": "rank_1"}, {"state_lane_id": 10}, {"rl.bucket": "wasted"}, {"rl.bucket": 3}]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["actor_update", "generate_sequences", "update_weights", "compute_advantage"]),
+            st.sampled_from(["stage", "rl_trace.x", "other"]),
+            st.integers(1, 2),  # pid
+            st.integers(1, 2),  # tid
+            st.integers(0, 1000),
+            st.integers(0, 100),
+            st.sampled_from(
+                [{}, {"state_lane_id": "rank_1"}, {"state_lane_id": 10}, {"rl.bucket": "wasted"}]
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_the_stage_index_groups_rows_as_by_lane_would(
+    rows: list[tuple[str, str, int, int, int, int, dict[str, object]]],
+) -> None:
+    """The index's rows per lane (handed to the answers instead of grouping them again) equal
+    ``by_lane`` of its flat rows: same lanes, same order, same rows — and its per-context rows equal
+    one worked out span by span."""
+    from rl_trace_observer.analysis.answers.model import RL_BUCKETS, WorkSpan, by_lane
+    from rl_trace_observer.analysis.report.identity import lane_of, process_role
+    from rl_trace_observer.analysis.report.load import Span, TraceData
+    from rl_trace_observer.analysis.report.stage_index import StageIndex, lanes_of, work_spans
+    from rl_trace_observer.analysis.report.stages import classify
+
+    spans = [Span(n, c, p, t, s, d, a) for n, c, p, t, s, d, a in rows]
+    data = TraceData(path="t.json", spans=spans)
+    data.thread_names = {(p, t): f"worker {t}" for _, _, p, t, *_ in rows}
+    idx = StageIndex(data, spans)
+    assert lanes_of(idx) == by_lane(work_spans(idx))
+    want = []
+    for s in spans:
+        role, lane = process_role(data, s.pid), lane_of(data, s)
+        bucket = s.args.get("rl.bucket")
+        bucket = bucket if bucket in RL_BUCKETS else None
+        row = WorkSpan(role, lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid, bucket)
+        want.append(row)
+    assert Counter(work_spans(idx)) == Counter(want)

@@ -91,16 +91,18 @@ def metric_check(
 ) -> dict[str, Any] | None:
     """The report's ``metric_check`` section; None when the trace has none of these metrics."""
     by_step = {w.step: w for w in windows}
-    role_of_kind = _role_of_kind(spans)
-    idle = {
-        (st["step"], kind): r["idle_ns"] / st["dur_ns"]
-        for st in goodput.get("steps") or []
-        for r in st["roles"]
-        if st["dur_ns"] and (kind := role_of_kind.get(r["role"])) is not None
-    }
+    names = [canonical(m["name"]) for m in metrics]
+    idle: dict[tuple[Any, str], float] = {}
+    if any(n is not None and not n.startswith("timing_s/") for n in names):  # a ratio to compare
+        role_of_kind = _role_of_kind(spans)  # a grouping of every span: only when it is needed
+        idle = {
+            (st["step"], kind): r["idle_ns"] / st["dur_ns"]
+            for st in goodput.get("steps") or []
+            for r in st["roles"]
+            if st["dur_ns"] and (kind := role_of_kind.get(r["role"])) is not None
+        }
     rows = []
-    for m in metrics:
-        name = canonical(m["name"])
+    for m, name in zip(metrics, names, strict=True):
         if name is None:
             continue
         timer = name.startswith("timing_s/")

@@ -43,7 +43,7 @@ from .load import Span, TraceData
 from .request_work import replica_generation
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
-from .stage_index import BUCKET_KEY, StageIndex, work_spans
+from .stage_index import BUCKET_KEY, StageIndex, lanes_of, work_spans
 from .stages import (
     CATEGORIES,
     IDLE,
@@ -411,7 +411,7 @@ def build_summary(
         )
     run_overlap = overlap(idx, windows[0].start_ns, windows[-1].end_ns) if windows else None
     rows, answer_windows = work_spans(idx), [StepWindow(w.step, w.start_ns, w.end_ns) for w in windows]
-    answers = answer_sections(rows, answer_windows)
+    answers = answer_sections(rows, answer_windows, lanes_of(idx))
     # every window: a driver's sample logged between two steps is the earlier step's
     metric_rows = metrics(data, every, frozenset(s.pid for s in markers))
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])

@@ -98,6 +98,13 @@ class StageIndex:
         )  # fmt: skip
 
 
+def lanes_of(idx: StageIndex) -> dict[tuple[str, str], list[WorkSpan]]:
+    """The rows per (role, lane), in :attr:`StageIndex.whos` order: what ``answers.by_lane`` makes of
+    :func:`work_spans` (the same key, the same sort, each lane's rows in span order), without
+    grouping a million rows again."""
+    return {(who.role, who.lane): idx.rows_of[who] for who in idx.whos}
+
+
 def work_spans(idx: StageIndex) -> list[WorkSpan]:
     """The stage spans as the answers' flat rows (who, name, category, start, end, ``rl.bucket``)."""
     return [row for who in idx.whos for row in idx.rows_of[who]]
