@@ -429,7 +429,10 @@ def _path_per_ns(spans: list[WorkSpan], w: StepWindow) -> list[tuple[str | None,
 @settings(max_examples=150, deadline=None)
 @given(small_runs())
 def test_critical_path_equals_a_per_ns_walk(run: tuple[list[WorkSpan], list[StepWindow]]) -> None:
-    spans, windows = run
+    _path_is_the_per_ns_walk(*run)
+
+
+def _path_is_the_per_ns_walk(spans: list[WorkSpan], windows: list[StepWindow]) -> None:
     for w, path in zip(windows, critical_paths(spans, windows), strict=True):
         got: list[tuple[str | None, str]] = []
         for seg in path["segments"]:
@@ -461,12 +464,7 @@ def barrier_runs(draw: st.DrawFn) -> tuple[list[WorkSpan], list[StepWindow]]:
 def test_critical_path_at_a_barrier_equals_a_per_ns_walk(
     run: tuple[list[WorkSpan], list[StepWindow]],
 ) -> None:
-    spans, windows = run
-    for w, path in zip(windows, critical_paths(spans, windows), strict=True):
-        got: list[tuple[str | None, str]] = []
-        for seg in path["segments"]:
-            got += [(seg["lane"], seg["name"])] * seg["dur_ns"]
-        assert got == _path_per_ns(spans, w)
+    _path_is_the_per_ns_walk(*run)
 
 
 @settings(max_examples=150, deadline=None)
