@@ -481,9 +481,9 @@ def test_idle_causes_by_measure_equal_the_interval_sets(run: tuple[list[WorkSpan
             assert _causes(lane, kinds, sets, w) == want
 
 
+@requires("numpy")
 @settings(max_examples=150, deadline=None)
 @given(runs(), st.sampled_from([None, "productive", "overhead", "idle", "wasted"]))
-@requires("numpy")
 def test_a_steps_sets_from_columns_equal_those_from_the_spans(
     run: tuple[list[WorkSpan], list[StepWindow]], bucket: str | None
 ) -> None:

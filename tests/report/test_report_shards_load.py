@@ -16,6 +16,7 @@ from rl_trace_observer.common.collector_pause import collector_paused
 from ..conftest import requires
 
 
+@requires("pyarrow")
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(
@@ -25,7 +26,6 @@ from ..conftest import requires
     st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), max_size=4),
     st.booleans(),
 )
-@requires("pyarrow")
 def test_spans_come_out_in_trace_order_however_the_parts_come(
     parts: list[list[tuple[int, int]]], pairs: list[tuple[int, int]], sort_parts: bool
 ) -> None:
