@@ -50,7 +50,7 @@ _BUCKET_BITS = {"productive": _PROD, "overhead": _OVER, "wasted": _WASTED}
 
 
 def _flags(stage: str, bucket: str | None, kind: str) -> int:
-    """The sets a span joins (:class:`_StepSets`' Python loop, spelt as bits)."""
+    """The sets a span joins, as bits (both ways of building :class:`_StepSets` read them)."""
     f = 0
     if bucket is None:  # by its stage; a span's own ``rl.bucket`` wins over its stage
         f |= _WORK | (_PROD if stage in PRODUCTIVE else 0) | (_OVER if stage in OVERHEAD else 0)
@@ -96,6 +96,11 @@ class LaneColumns:
 
 
 _START, _END, _STAGE_BUCKET = itemgetter(4), itemgetter(5), itemgetter(3, 8)
+# which union each bit's spans join: the lane's own (work), its role's (goodput), or the run-wide one
+_KEYED_BITS = (
+    (_WORK, lambda lane: lane), (_PROD, itemgetter(0)), (_OVER, itemgetter(0)), (_WASTED, itemgetter(0)),
+    (_SYNC, lambda lane: ""), (_GEN, lambda lane: ""), (_TRAIN, lambda lane: ""),
+)  # fmt: skip
 
 
 class _StepSets:
@@ -132,37 +137,24 @@ class _StepSets:
 
     def _from_columns(self, columns: LaneColumns, lo: int, hi: int, kinds: dict[Lane, str]) -> None:
         np = ia.numpy_or_none()
-        picked: dict[tuple[Any, int], list[tuple[Any, Any]]] = defaultdict(list)  # (lane, role or "", bit)
+        picked: dict[tuple[Any, int], list[ia.ArrayUnion]] = defaultdict(list)  # (lane, role or "", bit)
         for lane, (starts, ends, flags) in columns.cols.items():
             live = (starts < hi) & (ends > lo)
             if not live.all():
                 starts, ends, flags = starts[live], ends[live], flags[live]
             starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
-            for bit, key in ((_WORK, lane), (_PROD, lane[0]), (_OVER, lane[0]), (_WASTED, lane[0])):
+            for bit, key in _KEYED_BITS:
                 m = (flags & bit) != 0
-                picked[(key, bit)].append((starts[m], ends[m]))
-            for bit in (_SYNC, _GEN, _TRAIN):
-                m = (flags & bit) != 0
-                picked[("", bit)].append((starts[m], ends[m]))
-
-        def union(key: Any, bit: int) -> tuple[Any, Any]:
-            parts = picked.get((key, bit), [])
-            if not parts:
-                return ia.as_arrays([])
-            return ia.union(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
-
-        work = {lane: ia.ArrayUnion(*union(lane, _WORK)) for lane in columns.cols}
-        self.work = dict(work)
-        self.role_work = {
-            role: ia.joined([u for lane, u in work.items() if lane[0] == role])
-            for role in {lane[0] for lane in work}
-        }
+                picked[(key(lane), bit)].append(ia.ArrayUnion(starts[m], ends[m]))
+        work = {lane: ia.joined(picked[(lane, _WORK)]) for lane in columns.cols}
+        self.work.update(work)
+        for role in {lane[0] for lane in work}:
+            self.role_work[role] = ia.joined([u for lane, u in work.items() if lane[0] == role])
+            self.productive[role] = ia.joined(picked[(role, _PROD)]).intervals()
+            self.overhead[role] = ia.joined(picked[(role, _OVER)]).intervals()
+            self.wasted[role] = ia.joined(picked[(role, _WASTED)]).intervals()
         self.worker_work = ia.joined([u for lane, u in work.items() if kinds[lane] in (TRAINER, ROLLOUT)])
-        for role in {lane[0] for lane in columns.cols}:
-            self.productive[role] = ia.as_list(union(role, _PROD))
-            self.overhead[role] = ia.as_list(union(role, _OVER))
-            self.wasted[role] = ia.as_list(union(role, _WASTED))
-        self.sync, self.gen, self.train = (ia.ArrayUnion(*union("", bit)) for bit in (_SYNC, _GEN, _TRAIN))
+        self.sync, self.gen, self.train = (ia.joined(picked[("", bit)]) for bit in (_SYNC, _GEN, _TRAIN))
 
     def _from_spans(
         self, lanes: dict[Lane, list[WorkSpan]], lo: int, hi: int, kinds: dict[Lane, str]
@@ -172,6 +164,7 @@ class _StepSets:
         train: list[iv.Interval] = []
         for lane, spans in lanes.items():  # one pass per lane (this runs for every live step)
             kind = kinds[lane]
+            codes: dict[tuple[str, str | None], int] = {}
             work: list[iv.Interval] = []
             prod, over, wasted = self.productive[lane[0]], self.overhead[lane[0]], self.wasted[lane[0]]
             for s in spans:
@@ -179,28 +172,15 @@ class _StepSets:
                 if a >= hi or b <= lo:
                     continue
                 i = (a if a > lo else lo, b if b < hi else hi)
-                bucket, stage = s.bucket, s.stage
-                if bucket is None:  # by its stage; a span's own ``rl.bucket`` wins over its stage
-                    work.append(i)
-                    if stage in PRODUCTIVE:
-                        prod.append(i)
-                    if stage in OVERHEAD:
-                        over.append(i)
-                else:
-                    if bucket != "idle":
-                        work.append(i)
-                    if bucket == "productive":
-                        prod.append(i)
-                    elif bucket == "overhead":
-                        over.append(i)
-                    elif bucket == "wasted":
-                        wasted.append(i)
-                if stage == "weight_sync":
-                    sync.append(i)
-                elif kind == ROLLOUT and stage == "generation":
-                    gen.append(i)
-                elif kind == TRAINER and (stage == "log_prob" or stage == "update"):
-                    train.append(i)
+                f = codes.get((s.stage, s.bucket))
+                if f is None:
+                    f = codes[(s.stage, s.bucket)] = _flags(s.stage, s.bucket, kind)
+                for bit, into in ((_WORK, work), (_PROD, prod), (_OVER, over), (_WASTED, wasted)):
+                    if f & bit:
+                        into.append(i)
+                for bit, into in ((_SYNC, sync), (_GEN, gen), (_TRAIN, train)):
+                    if f & bit:
+                        into.append(i)
             self.work[lane] = ia.union_list(work)
         self.sync, self.gen, self.train = ia.union_list(sync), ia.union_list(gen), ia.union_list(train)
         self.role_work = {

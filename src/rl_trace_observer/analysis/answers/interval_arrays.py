@@ -46,7 +46,7 @@ class ArrayUnion(NamedTuple):
 
 
 def joined(parts: Sequence[ArrayUnion]) -> ArrayUnion:
-    """The union of several unions."""
+    """The union of several interval arrays (unions or any intervals: they are sorted and joined)."""
     if not parts:
         empty = np.empty(0, dtype=np.int64)
         return ArrayUnion(empty, empty)
