@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 from hypothesis import given, settings
@@ -139,7 +139,7 @@ def test_the_stage_index_groups_rows_as_by_lane_would(
     data = TraceData(path="t.json", spans=spans)
     data.thread_names = {(p, t): f"worker {t}" for _, _, p, t, *_ in rows}
     idx = StageIndex(data, spans)
-    assert lanes_of(idx) == by_lane(work_spans(idx))
+    assert lanes_of(idx) == by_lane(list(work_spans(idx)))
     want = []
     for s in spans:
         role, lane = process_role(data, s.pid), lane_of(data, s)
@@ -148,3 +148,22 @@ def test_the_stage_index_groups_rows_as_by_lane_would(
         row = WorkSpan(role, lane, s.name, classify(s.name), s.start_ns, s.end_ns, s.pid, s.tid, bucket)
         want.append(row)
     assert Counter(work_spans(idx)) == Counter(want)
+    # the groupings (intervals kept per context, listed by each grouping) hold every span's times
+    by_cat: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    by_name: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    for row in want:
+        by_cat[(row.role, row.lane, row.stage)].append((row.start_ns, row.end_ns))
+        by_name[(row.role, row.name, row.lane)].append((row.start_ns, row.end_ns))
+    got_cat = {
+        (w.role, w.lane, c): sorted(ints) for w, cats in idx.by_who_cat.items() for c, ints in cats.items()
+    }
+    assert got_cat == {k: sorted(v) for k, v in by_cat.items()}
+    got_name = {
+        (r, n, lane): sorted(ints)
+        for (r, n), lanes in idx.by_who_name.items()
+        for lane, ints in lanes.items()
+    }
+    assert got_name == {k: sorted(v) for k, v in by_name.items()}
+    assert sorted(i for ints in idx.all_by_cat.values() for i in ints) == sorted(
+        i for v in by_cat.values() for i in v
+    )

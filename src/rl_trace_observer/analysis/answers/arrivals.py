@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
-from .model import ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds, natural
+from . import interval_arrays as ia
+from .model import ROLLOUT, TRAINER, Lane, RowTable, StepWindow, WorkSpan, by_lane, lane_kinds, natural
 
 STEP_END = "step end"
 MAX_EVENTS = 500
@@ -46,13 +48,11 @@ def arrivals(
     for w in windows:
         points: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for (role, lane), mine in lanes.items():
-            inside = [s for s in mine if s.start_ns < w.end_ns and s.end_ns > w.start_ns]
-            for s in inside:
-                key = (role, f"stage {s.name}")
-                end = min(s.end_ns, w.end_ns)
-                points[key][lane] = max(points[key].get(lane, end), end)
-            if inside and kinds[(role, lane)] in (TRAINER, ROLLOUT):
-                points[("*", STEP_END)][f"{role}/{lane}"] = min(max(s.end_ns for s in inside), w.end_ns)
+            last = _last_ends(mine, w)  # per stage name, the last (clipped) end inside the window
+            for name, end in last.items():
+                points[(role, f"stage {name}")][lane] = end
+            if last and kinds[(role, lane)] in (TRAINER, ROLLOUT):
+                points[("*", STEP_END)][f"{role}/{lane}"] = max(last.values())
         for (role, point), arrived in sorted(points.items()):
             if len(arrived) < 2:
                 continue
@@ -70,6 +70,37 @@ def arrivals(
                 }
             )
     return {"events": events[:MAX_EVENTS], "summary": _summary(events), "events_total": len(events)}
+
+
+def _last_ends(spans: Sequence[WorkSpan], w: StepWindow) -> dict[str, int]:
+    """Per span name, the latest end (at most the window's) of the spans inside ``w``."""
+    if isinstance(spans, RowTable) and spans.columnar() and ia.available(w.start_ns, w.end_ns):
+        return _last_ends_columns(spans, w)
+    out: dict[str, int] = {}
+    for s in spans:
+        if s.start_ns < w.end_ns and s.end_ns > w.start_ns:
+            end = min(s.end_ns, w.end_ns)
+            out[s.name] = max(out.get(s.name, end), end)
+    return out
+
+
+def _last_ends_columns(table: RowTable, w: StepWindow) -> dict[str, int]:
+    """:func:`_last_ends` over the table's arrays: a maximum per context, then per name (a lane's
+    1M-span step has a few dozen contexts)."""
+    np = ia.numpy_or_none()
+    starts, ends, ids = table.arrays()
+    inside = (starts < w.end_ns) & (ends > w.start_ns)
+    ids, ends = ids[inside], np.minimum(ends[inside], w.end_ns)
+    if not len(ids):
+        return {}
+    contexts, where = np.unique(ids, return_inverse=True)
+    last = np.full(len(contexts), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, where, ends)
+    out: dict[str, int] = {}
+    for c, end in zip(contexts.tolist(), last.tolist(), strict=True):
+        name = table.contexts[c][2]
+        out[name] = max(out.get(name, end), end)
+    return out
 
 
 def _summary(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

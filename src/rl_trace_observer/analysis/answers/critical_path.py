@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
-from .model import StepWindow, WorkSpan, natural
+from . import interval_arrays as ia
+from .model import RowTable, StepWindow, WorkSpan, natural
 
 _end = attrgetter("end_ns")
 _start = attrgetter("start_ns")
@@ -31,11 +33,13 @@ _start = attrgetter("start_ns")
 GAP = "gap"
 WHAT_IF_PCT = (10, 25, 50)
 MAX_SEGMENTS = 200
+_FEW = 16  # spans ending together that :func:`_contenders` hands to ``rank`` without narrowing
 
 
-def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
+def _path(spans: Sequence[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
     lo, hi = w.start_ns, w.end_ns
-    order = {lane: i for i, lane in enumerate(sorted({(s.role, s.lane) for s in spans}, key=_lane_key))}
+    seen = spans.lanes_seen() if isinstance(spans, RowTable) else {(s.role, s.lane) for s in spans}
+    order = {lane: i for i, lane in enumerate(sorted(seen, key=_lane_key))}
     lane_first: dict[str, dict[str, int]] = defaultdict(dict)  # order by role, then lane: no tuple a span
     for (role, lane), i in order.items():
         lane_first[role][lane] = i
@@ -47,27 +51,103 @@ def _path(spans: list[WorkSpan], w: StepWindow) -> list[dict[str, Any]]:
 
     # zero-length spans wait for nothing; sorted by end alone (clipping keeps that order): ties are
     # settled by ``rank`` only among the few spans of the end the walk reaches, not for every span
-    live = [s for s in spans if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns]
-    live.sort(key=_end)
-    ends = [e if e < hi else hi for e in map(_end, live)]
+    live = _by_end(spans, lo, hi, order)
     segments: list[dict[str, Any]] = []
     t = hi
     while t > lo:
-        k = bisect.bisect_right(ends, t) - 1
+        k = live.last_ending_by(t)
         if k < 0:
             segments.append(_segment(None, lo, t))
             break
-        end = ends[k]
-        first = bisect.bisect_left(ends, end, 0, k)
-        s = max(reversed(_contenders(live[first : k + 1], lo, lane_first)), key=rank)  # the last of equals
+        end = live.end(k)
+        first = live.first_ending_at(end, k)
+        s = max(
+            reversed(_contenders(live.rows(first, k + 1, lo), lo, lane_first)), key=rank
+        )  # the last of equals
         if end < t:
             segments.append(_segment(None, end, t))
         start = max(s.start_ns, lo)
         segments.append(_segment(s, start, end))
         t = start
-        del live[first:], ends[first:]  # anything ending after ``start`` ran concurrently: never on the path
+        live.keep(first)  # anything ending after ``start`` ran concurrently: never on the path
     segments.reverse()
     return segments
+
+
+class _Listed:
+    """The spans of a window sorted by end (stable), their ends clipped at the window's: the walk
+    looks at the last ones only and drops them as it goes back."""
+
+    def __init__(self, spans: Sequence[WorkSpan], lo: int, hi: int) -> None:
+        self.live = [s for s in spans if s.start_ns < hi and s.end_ns > lo and s.end_ns > s.start_ns]
+        self.live.sort(key=_end)
+        self.ends = [e if e < hi else hi for e in map(_end, self.live)]
+
+    def last_ending_by(self, t: int) -> int:
+        return bisect.bisect_right(self.ends, t) - 1
+
+    def end(self, k: int) -> int:
+        return self.ends[k]
+
+    def first_ending_at(self, end: int, k: int) -> int:
+        return bisect.bisect_left(self.ends, end, 0, k)
+
+    def rows(self, first: int, stop: int, lo: int) -> list[WorkSpan]:
+        return self.live[first:stop]
+
+    def keep(self, n: int) -> None:
+        del self.live[n:], self.ends[n:]
+
+
+class _Columns:
+    """:class:`_Listed` over a :class:`.model.RowTable`'s arrays: the same order (numpy's stable sort),
+    and rows made only for the spans :func:`_contenders` would keep of those the walk reaches (its
+    two narrowings done on the columns first; they keep order, and running them again on what they
+    kept keeps it all) — a 1M-span step made every row before."""
+
+    def __init__(self, table: RowTable, lo: int, hi: int, order: dict[tuple[str, str], int]) -> None:
+        import numpy as np
+
+        self.np, self.table = np, table
+        starts, ends, ids = table.arrays()
+        picked = np.flatnonzero((starts < hi) & (ends > lo) & (ends > starts))
+        self.order = picked[np.argsort(ends[picked], kind="stable")]
+        self.ends = np.minimum(ends[self.order], hi)
+        self.starts = starts[self.order]
+        # each row's lane, as its place in ``order`` (rows of contexts no row uses never look it up)
+        places = np.array([order.get((c[0], c[1]), -1) for c in table.contexts] or [0], dtype=np.int64)
+        self.places = places[ids[self.order]]
+        self.n = len(self.order)
+
+    def last_ending_by(self, t: int) -> int:
+        return int(self.np.searchsorted(self.ends[: self.n], t, side="right")) - 1
+
+    def end(self, k: int) -> int:
+        return int(self.ends[k])
+
+    def first_ending_at(self, end: int, k: int) -> int:
+        return int(self.np.searchsorted(self.ends[:k], end, side="left"))
+
+    def rows(self, first: int, stop: int, lo: int) -> list[WorkSpan]:
+        picked = self.np.arange(first, stop)
+        if len(picked) >= _FEW:  # the longest (clipped at ``lo``), then of those the first lane
+            starts = self.np.maximum(self.starts[picked], lo)
+            picked = picked[starts == starts.min()]
+            if len(picked) >= _FEW:
+                places = self.places[picked]
+                picked = picked[places == places.min()]
+        return [self.table[i] for i in self.order[picked].tolist()]
+
+    def keep(self, n: int) -> None:
+        self.n = n
+
+
+def _by_end(
+    spans: Sequence[WorkSpan], lo: int, hi: int, order: dict[tuple[str, str], int]
+) -> _Listed | _Columns:
+    if isinstance(spans, RowTable) and spans.columnar() and ia.available(lo, hi):
+        return _Columns(spans, lo, hi, order)
+    return _Listed(spans, lo, hi)
 
 
 def _contenders(ending: list[WorkSpan], lo: int, lane_first: dict[str, dict[str, int]]) -> list[WorkSpan]:
@@ -75,11 +155,11 @@ def _contenders(ending: list[WorkSpan], lo: int, lane_first: dict[str, dict[str,
     (clipped at ``lo``), then of those the lane named first. When a step's lanes end their spans at
     one instant (a synchronous barrier, 64 lanes in the watch bench) ranking each one in full was 4 s
     of a 1M-span report; these two cheap passes leave ``rank`` a few."""
-    if len(ending) < 16:
+    if len(ending) < _FEW:
         return ending
     first = max(min(map(_start, ending)), lo)
     longest = [s for s in ending if (s.start_ns if s.start_ns > lo else lo) == first]
-    if len(longest) < 16:
+    if len(longest) < _FEW:
         return longest
     places = [lane_first[s.role][s.lane] for s in longest]
     best = min(places)

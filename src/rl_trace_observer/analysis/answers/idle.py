@@ -30,7 +30,18 @@ from typing import Any
 
 from . import interval_arrays as ia
 from . import intervals as iv
-from .model import OVERHEAD, PRODUCTIVE, ROLLOUT, TRAINER, Lane, StepWindow, WorkSpan, by_lane, lane_kinds
+from .model import (
+    OVERHEAD,
+    PRODUCTIVE,
+    ROLLOUT,
+    TRAINER,
+    Lane,
+    RowTable,
+    StepWindow,
+    WorkSpan,
+    by_lane,
+    lane_kinds,
+)
 
 CAUSES = (
     "weight_sync",
@@ -75,6 +86,11 @@ class LaneColumns:
         self.cols: dict[Lane, tuple[Any, Any, Any]] = {}
         for lane, spans in lanes.items():
             kind, n = kinds[lane], len(spans)
+            if isinstance(spans, RowTable) and spans.columnar():  # the columns are there: no row made
+                starts, ends, ids = spans.arrays()
+                table = np.array([_flags(c[3], c[6], kind) for c in spans.contexts], dtype=np.int64)
+                self.cols[lane] = (starts, ends, table[ids] if len(ids) else np.empty(0, np.int64))
+                continue
             codes: dict[tuple[str, str | None], int] = {}
             for key in set(map(_STAGE_BUCKET, spans)):
                 codes[key] = _flags(key[0], key[1], kind)

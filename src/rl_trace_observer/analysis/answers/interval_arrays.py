@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - numpy is in the shards extra the tests
     np = None  # type: ignore[assignment]
 
 from . import intervals as iv
+from .interval_chunks import IntervalChunks
 from .intervals import Interval
 
 INT64_SPAN = 2**62  # windows wider than this (hostile input) take the Python path: no overflow
@@ -73,6 +74,19 @@ def _pairs(ints: Sequence[Interval]) -> Any:
     return flat.reshape(-1, 2)
 
 
+def _columns(ints: Sequence[Interval] | IntervalChunks) -> tuple[Any, Any]:
+    """``ints`` as start and end arrays (OverflowError beyond int64); :class:`IntervalChunks` still
+    in int64 arrays are read as they are, without a tuple per interval."""
+    if isinstance(ints, IntervalChunks) and ints.columnar():
+        sources = ints.sources
+        return (
+            np.concatenate([np.frombuffer(s.starts, dtype=np.int64) for s in sources]),
+            np.concatenate([np.frombuffer(s.ends, dtype=np.int64) for s in sources]),
+        )
+    a = _pairs(ints)
+    return a[:, 0], a[:, 1]
+
+
 def concat(a: Any, b: Any) -> Any:
     return np.concatenate((a, b))
 
@@ -96,16 +110,17 @@ def union(starts: Any, ends: Any) -> tuple[Any, Any]:
 BIG = 256  # below this many intervals the pure-Python union is as fast (no array to build)
 
 
-def _union_arrays(ints: Sequence[Interval], window: tuple[int, int] | None = None) -> tuple[Any, Any] | None:
+def _union_arrays(
+    ints: Sequence[Interval] | IntervalChunks, window: tuple[int, int] | None = None
+) -> tuple[Any, Any] | None:
     """The union of ``ints`` (clipped to ``window``) as arrays; None where the pure-Python code must
     give it: no numpy, a short list, or values beyond int64 (hostile input)."""
     if np is None or len(ints) < BIG or (window is not None and not available(*window)):
         return None
     try:
-        a = _pairs(ints)
+        starts, ends = _columns(ints)
     except OverflowError:
         return None
-    starts, ends = a[:, 0], a[:, 1]
     if window is not None:
         starts, ends = np.clip(starts, *window), np.clip(ends, *window)
     return union(starts, ends)
@@ -115,19 +130,19 @@ def as_list(u: tuple[Any, Any]) -> list[Interval]:
     return list(zip(u[0].tolist(), u[1].tolist(), strict=True))
 
 
-def union_list(ints: Sequence[Interval]) -> list[Interval]:
+def union_list(ints: Sequence[Interval] | IntervalChunks) -> list[Interval]:
     """:func:`.intervals.union` of a list, through arrays when it is long and numpy is here."""
     u = _union_arrays(ints)
     return iv.union(ints) if u is None else as_list(u)
 
 
-def clipped_union(ints: Sequence[Interval], lo: int, hi: int) -> list[Interval]:
+def clipped_union(ints: Sequence[Interval] | IntervalChunks, lo: int, hi: int) -> list[Interval]:
     """``union(clip(ints, lo, hi))`` (:mod:`.intervals`), through arrays when the list is long."""
     u = _union_arrays(ints, (lo, hi))
     return iv.union(iv.clip(ints, lo, hi)) if u is None else as_list(u)
 
 
-def covered(ints: Sequence[Interval], lo: int, hi: int) -> int:
+def covered(ints: Sequence[Interval] | IntervalChunks, lo: int, hi: int) -> int:
     """:func:`.intervals.covered`, through arrays when the list is long and numpy is here."""
     u = _union_arrays(ints, (lo, hi))
     return iv.covered(ints, lo, hi) if u is None else int((u[1] - u[0]).sum())

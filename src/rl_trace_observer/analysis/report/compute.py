@@ -33,6 +33,7 @@ from ...merge.timeline.steps import as_int
 from ..answers import StepWindow, answer_sections
 from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
+from ..answers.interval_chunks import IntervalChunks
 from ..answers.model import RL_BUCKETS, natural
 from ..answers.verl_metrics import metric_check
 from ..gpu import section as gpu_section
@@ -134,7 +135,7 @@ def _rank_rows(idx: StageIndex, w: Window) -> list[dict[str, Any]]:
     for who in idx.whos:
         cats = idx.by_who_cat[who]
         times = {c: ia.covered(cats.get(c, ()), w.start_ns, w.end_ns) for c in WORK_CATEGORIES}
-        busy = ia.covered([i for c in WORK_CATEGORIES for i in cats.get(c, ())], w.start_ns, w.end_ns)
+        busy = ia.covered(IntervalChunks.join(cats.get(c) for c in WORK_CATEGORIES), w.start_ns, w.end_ns)
         times[IDLE] = span_ns - busy
         rows.append({"role": who.role, "lane": who.lane, "time_ns": times, "busy_ns": busy})
     return rows
@@ -153,8 +154,8 @@ def _role_rows(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def overlap(idx: StageIndex, lo: int, hi: int) -> dict[str, int]:
-    gen = ia.clipped_union([i for c in ROLLOUT_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
-    train = ia.clipped_union([i for c in TRAINING_CATEGORIES for i in idx.all_by_cat.get(c, ())], lo, hi)
+    gen = ia.clipped_union(IntervalChunks.join(idx.all_by_cat.get(c) for c in ROLLOUT_CATEGORIES), lo, hi)
+    train = ia.clipped_union(IntervalChunks.join(idx.all_by_cat.get(c) for c in TRAINING_CATEGORIES), lo, hi)
     both = iv.length(iv.intersect(gen, train))
     g, t = iv.length(gen), iv.length(train)
     return {
@@ -418,7 +419,9 @@ def build_summary(
     rollout = rollout_section(
         data.spans,
         [(w.step, w.start_ns, w.end_ns) for w in every],
-        [(c, s.start_ns, s.end_ns) for s in work if (c := classify(s.name)) not in ROLLOUT_CATEGORIES],
+        {
+            c: ints for c, ints in idx.all_by_cat.items() if c not in ROLLOUT_CATEGORIES
+        },  # the work's, by category
     )
     gpu = gpu_section.section(m.gpu, data.gpu.untracked)
     if gpu is not None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,10 +50,14 @@ from ...capture.requests import (
     SYNC_CAT,
 )
 from ...capture.staleness import CONSUME_SPAN
+from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
+from ..answers.interval_chunks import IntervalChunks, Source
 from .stages import is_sync_root, is_weight_load
 
 TAIL_QUANTILE = 0.9
+# the training roles' stage spans: (category, start_ns, end_ns) each, or their intervals by category
+Training = Sequence[tuple[str, int, int]] | Mapping[str, Collection[tuple[int, int]]]
 REJECTED = "rejected"  # a request's ``status`` when its sample was refused (AReaL: stale or filtered)
 SLOWEST_SHOWN = 10
 TAIL_LISTED = 20
@@ -272,20 +276,30 @@ def _replica_rows(reqs: list[Req]) -> tuple[list[dict[str, Any]], dict[str, floa
     return rows, imbalance
 
 
-def _trainer_during(lo: int, hi: int, stage: Sequence[tuple[str, int, int]]) -> dict[str, int]:
+def _trainer_during(lo: int, hi: int, stage: Training) -> dict[str, int]:
     """Training stage time by category inside [lo, hi], and idle = the rest."""
-    by_cat: dict[str, list[iv.Interval]] = defaultdict(list)
-    for cat, s, e in stage:
-        by_cat[cat].append((s, e))
-    out = {cat: iv.covered(ints, lo, hi) for cat, ints in sorted(by_cat.items())}
-    busy = iv.covered([i for ints in by_cat.values() for i in ints], lo, hi)
+    by_cat: Mapping[str, Collection[iv.Interval]]
+    if isinstance(stage, Mapping):
+        by_cat = stage
+    else:
+        by_cat = defaultdict(list)
+        for cat, s, e in stage:
+            by_cat[cat].append((s, e))
+    out = {cat: ia.covered(ints, lo, hi) for cat, ints in sorted(by_cat.items())}
+    busy = ia.covered(IntervalChunks.join(_chunks(ints) for ints in by_cat.values()), lo, hi)
     out["idle"] = (hi - lo) - busy
     return out
 
 
-def _step_rows(
-    reqs: list[Req], stage: Sequence[tuple[str, int, int]], turns: dict[tuple[Any, ...], int]
-) -> list[dict[str, Any]]:
+def _chunks(ints: Collection[iv.Interval]) -> IntervalChunks:
+    if isinstance(ints, IntervalChunks):
+        return ints
+    src = Source()
+    src.starts, src.ends = [s for s, _ in ints], [e for _, e in ints]  # lists: the tuples' own ints
+    return IntervalChunks([src])
+
+
+def _step_rows(reqs: list[Req], stage: Training, turns: dict[tuple[Any, ...], int]) -> list[dict[str, Any]]:
     by_step: dict[int | None, list[Req]] = defaultdict(list)
     for r in reqs:
         by_step[r.step].append(r)
@@ -422,14 +436,15 @@ def _staleness(spans: list[SpanLike]) -> list[dict[str, Any]]:
 def rollout_section(
     spans: Iterable[SpanLike],
     windows: Sequence[tuple[int | None, int, int]],
-    training: Sequence[tuple[str, int, int]] = (),
+    training: Training = (),
     *,
     slowest: int = SLOWEST_SHOWN,
 ) -> dict[str, Any] | None:
     """The ``rollout`` section, or None when the trace has no rollout spans of ours.
 
     ``windows``: (step, start_ns, end_ns); ``training``: (category, start_ns, end_ns) of the
-    training roles' stage spans, for what the trainer did during each tail.
+    training roles' stage spans, or their intervals by category (the report's stage index keeps
+    them so: a tuple per span was ~115 MB at 1M spans), for what the trainer did during each tail.
     """
     mine = [s for s in spans if s.cat.startswith(CATEGORY_PREFIX)]
     if not mine:
