@@ -25,12 +25,28 @@ from ..conftest import requires
     ),
     st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), max_size=4),
     st.booleans(),
+    st.booleans(),
 )
 def test_spans_come_out_in_trace_order_however_the_parts_come(
-    parts: list[list[tuple[int, int]]], pairs: list[tuple[int, int]], sort_parts: bool
+    parts: list[list[tuple[int, int]]], pairs: list[tuple[int, int]], sort_parts: bool, row_keys: bool
 ) -> None:
     """Parts in (job, ordinal) order (as the merge writes them) are kept as they come; a part out of
-    order, or a B/E pair met at its end, makes the keeper sort — stably, as the old tuple sort."""
+    order, or a B/E pair met at its end, makes the keeper sort — stably, as the old tuple sort. Each
+    span keeps its own name, track, times and args whether a part's shapes are numbered by one
+    int64 key or (``row_keys``: too many distinct values for one) by rows of indices."""
+    from rl_trace_observer.analysis.report import shards
+
+    room = shards._KEY_ROOM
+    shards._KEY_ROOM = 1 if row_keys else room
+    try:
+        _check_trace_order(parts, pairs, sort_parts)
+    finally:
+        shards._KEY_ROOM = room
+
+
+def _check_trace_order(
+    parts: list[list[tuple[int, int]]], pairs: list[tuple[int, int]], sort_parts: bool
+) -> None:
     import pyarrow as pa
 
     from rl_trace_observer.analysis.report.load import Span
@@ -46,7 +62,7 @@ def test_spans_come_out_in_trace_order_however_the_parts_come(
                 "name": pa.array(names, pa.string()),
                 "category": pa.array(["c"] * len(rows), pa.string()),
                 "trace_pid": pa.array([1] * len(rows), pa.int64()),
-                "trace_tid": pa.array([2] * len(rows), pa.int64()),
+                "trace_tid": pa.array([2 + o % 3 for _, o in rows], pa.int64()),
                 "ts_ns": pa.array([100 + o for _, o in rows], pa.int64()),
                 "dur_ns": pa.array([None if o % 5 == 0 else o - 25 for _, o in rows], pa.int64()),
                 "job": pa.array([j for j, _ in rows], pa.int64()),
@@ -65,7 +81,7 @@ def test_spans_come_out_in_trace_order_however_the_parts_come(
     by_name = {s.name: s for s in got}
     for _, o, name in everything[: len(everything) - len(pairs)]:  # the rows read from Arrow
         s = by_name[name]
-        assert (s.start_ns, s.dur_ns) == (o, 0 if o % 5 == 0 else max(o - 25, 0))
+        assert (s.start_ns, s.dur_ns, s.tid) == (o, 0 if o % 5 == 0 else max(o - 25, 0), 2 + o % 3)
         assert s.args == ({} if o % 3 == 0 else {"o": o % 4})
 
 

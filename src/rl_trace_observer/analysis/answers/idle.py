@@ -159,9 +159,10 @@ class _StepSets:
             if not live.all():
                 starts, ends, flags = starts[live], ends[live], flags[live]
             starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
-            for bit, key in _KEYED_BITS:
+            for bit, key in _KEYED_BITS:  # each lane's union at once: far fewer intervals to keep
                 m = (flags & bit) != 0
-                picked[(key(lane), bit)].append(ia.ArrayUnion(starts[m], ends[m]))
+                if m.any():
+                    picked[(key(lane), bit)].append(ia.ArrayUnion(*ia.union(starts[m], ends[m])))
         work = {lane: ia.joined(picked[(lane, _WORK)]) for lane in columns.cols}
         self.work.update(work)
         for role in {lane[0] for lane in work}:

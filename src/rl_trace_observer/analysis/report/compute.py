@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from .load import Span, TraceData
 from .request_work import replica_generation
 from .rollout import CATEGORY_PREFIX as ROLLOUT_CATEGORY_PREFIX
 from .rollout import rollout_section
+from .span_table import SpanTable, select
 from .stage_index import BUCKET_KEY, StageIndex, lanes_of, work_spans
 from .stages import (
     CATEGORIES,
@@ -302,23 +303,23 @@ def gantt(idx: StageIndex, windows: list[Window]) -> dict[str, Any] | None:
     return {"step": w.step, "start_ns": w.start_ns, "end_ns": w.end_ns, "lanes": lanes}
 
 
-def _stage_spans(data: TraceData) -> tuple[list[Span], str]:
+def _stage_spans(data: TraceData) -> tuple[Sequence[Span], str]:
     """RL-Insight's spans when the trace has any; else the spans that carry nemo-lens's ``rl.bucket``
     (NeMo-RL's OTLP spans) and the step markers; else the spans :func:`.stages.guessable` lets stand
     for stages and steps (``names``), or none at all (``none``)."""
-    tagged = [s for s in data.spans if s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args]
+    tagged = select(data.spans, lambda s: s.cat.startswith(STAGE_CATS) or "state_lane_id" in s.args)
     if tagged:
         return tagged, "rl_insight"
-    bucketed = [s for s in data.spans if s.args.get(BUCKET_KEY) in RL_BUCKETS or classify(s.name) == STEP]
+    bucketed = select(data.spans, lambda s: s.args.get(BUCKET_KEY) in RL_BUCKETS or classify(s.name) == STEP)
     if any(s.args.get(BUCKET_KEY) in RL_BUCKETS for s in bucketed):
         return bucketed, "rl_bucket"
-    guessed = [
-        s for s in data.spans if not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX) and guessable(s.name, s.cat)
-    ]
+    guessed = select(
+        data.spans, lambda s: not s.cat.startswith(ROLLOUT_CATEGORY_PREFIX) and guessable(s.name, s.cat)
+    )
     return guessed, "names" if any(classify(s.name) != STEP for s in guessed) else "none"
 
 
-def _guesses(data: TraceData, spans: list[Span], source: str) -> dict[str, Any] | None:
+def _guesses(data: TraceData, spans: Sequence[Span], source: str) -> dict[str, Any] | None:
     """What a trace without RL-Insight spans was read as: the names taken, and those refused."""
     if source in ("rl_insight", "rl_bucket"):
         return None
@@ -342,10 +343,10 @@ def _steps_from(markers: list[Span], source: str) -> str | None:
 class Model:
     """What every report figure (and ``rl-trace sql``'s report tables) is computed from."""
 
-    spans: list[Span]
+    spans: Sequence[Span]  # a list, or a :class:`.span_table.SpanTable` (from span shards)
     source: str
     markers: list[Span]
-    work: list[Span]
+    work: Sequence[Span]
     windows: list[Window]
     idx: StageIndex
     gpu: gpu_section.GpuResult
@@ -353,10 +354,12 @@ class Model:
 
 def model(data: TraceData) -> Model:
     spans, source = _stage_spans(data)
-    markers = [s for s in spans if classify(s.name) == STEP]
-    work = [s for s in spans if classify(s.name) != STEP]
-    if source == "rl_insight" and not any(classify(s.name) in ROLLOUT_CATEGORIES for s in work):
-        work += replica_generation(data)  # separate_async: the replicas generate beside the steps
+    markers = list(select(spans, lambda s: classify(s.name) == STEP))
+    work = select(spans, lambda s: classify(s.name) != STEP)
+    if source == "rl_insight" and not select(work, lambda s: classify(s.name) in ROLLOUT_CATEGORIES):
+        extra = replica_generation(data)  # separate_async: the replicas generate beside the steps
+        if extra:
+            work = work.plus(extra) if isinstance(work, SpanTable) else [*work, *extra]
     windows = step_windows(markers)
     if not windows and work:
         windows = [Window(None, min(s.start_ns for s in work), max(s.end_ns for s in work))]
@@ -417,7 +420,7 @@ def build_summary(
     metric_rows = metrics(data, every, frozenset(s.pid for s in markers))
     answers["metric_check"] = metric_check(rows, answer_windows, metric_rows, answers["goodput"])
     rollout = rollout_section(
-        data.spans,
+        select(data.spans, lambda s: s.cat.startswith(ROLLOUT_CATEGORY_PREFIX)),  # per shape
         [(w.step, w.start_ns, w.end_ns) for w in every],
         {
             c: ints for c, ints in idx.all_by_cat.items() if c not in ROLLOUT_CATEGORIES

@@ -17,6 +17,7 @@ import gzip
 import heapq
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -98,7 +99,8 @@ class TraceData:
     """What the report reads from one trace file."""
 
     path: str
-    spans: list[Span] = field(default_factory=list)  # stage candidates (see module docstring)
+    # stage candidates (see module docstring); from span shards a :class:`.span_table.SpanTable`
+    spans: Sequence[Span] = field(default_factory=list)
     longest: list[Span] = field(default_factory=list)  # the longest spans of any kind, longest first
     counters: list[Counter] = field(default_factory=list)
     process_names: dict[Any, str] = field(default_factory=dict)
@@ -136,6 +138,8 @@ class _Collector:
     def __init__(self, data: TraceData, gpu: bool = True) -> None:
         self.data = data
         self.gpu = gpu
+        self.spans: list[Span] = []
+        data.spans = self.spans
         self._heap: list[tuple[int, int, Span]] = []
         self._open: dict[tuple[Any, Any], list[Event]] = {}
         self._seq = 0
@@ -178,7 +182,7 @@ class _Collector:
         span = Span(name, cat, ev.pid, ev.tid, start_ns, max(dur_ns, 0))
         if keep:
             span.args = _args(ev.args)
-            self.data.spans.append(span)
+            self.spans.append(span)
         self._seq += 1
         item = (span.dur_ns, -self._seq, span)
         if len(self._heap) < LONGEST_KEPT:

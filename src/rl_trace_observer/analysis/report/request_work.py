@@ -19,6 +19,7 @@ from typing import Any
 
 from ..answers import intervals as iv
 from .load import Span, TraceData
+from .span_table import select
 
 ENGINE_SPAN = "engine_request"
 REQUEST_CATEGORY = "rl_trace.request"
@@ -34,9 +35,7 @@ def replica_generation(data: TraceData) -> list[Span]:
     """One ``engine_generate`` span per busy interval of each replica (its requests' union)."""
     busy: dict[tuple[Any, Any], list[iv.Interval]] = defaultdict(list)
     tids: dict[tuple[Any, Any], Any] = {}
-    for s in data.spans:
-        if s.name != ENGINE_SPAN or s.cat != REQUEST_CATEGORY:
-            continue
+    for s in select(data.spans, lambda s: s.name == ENGINE_SPAN and s.cat == REQUEST_CATEGORY):
         key = (s.pid, s.args.get("replica"))
         busy[key].append((s.start_ns, s.end_ns))
         # the lowest track: the replica's first request slot, which every busy interval's first request

@@ -22,8 +22,10 @@ from ...merge.shards.arrow import compute
 from ...merge.shards.dataset import Shards
 from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from .load import LONGEST_KEPT, STAGE_CATEGORIES, Counter, Span, TraceData, split_labels
+from .span_table import SpanTable
 from .stages import OTHER, classify
 
+_KEY_ROOM = 2**62  # a part's shapes are numbered by one int64 key while its distinct values allow
 _COLUMNS = ["ph", "name", "category", "ts_ns", "dur_ns", "trace_pid", "trace_tid", "job", "ordinal"]
 
 
@@ -264,39 +266,71 @@ def _strings(values: list[str]) -> Any:
 
 
 class _Kept:
-    """The stage spans in trace order (job, ordinal). The merge writes parts in that order, so spans
-    are appended as they come, their keys kept as machine ints, and sorted only when a part (or a
-    B/E pair met at its end) breaks the order: no key tuple per span, no sort of a million."""
+    """The stage spans in trace order (job, ordinal), as a :class:`.span_table.SpanTable`. The
+    merge writes parts in that order, so spans are appended as they come, their keys kept as
+    machine ints, and sorted only when a part (or a B/E pair met at its end) breaks the order: no
+    key tuple per span, no sort of a million."""
 
     def __init__(self) -> None:
-        self.spans: list[Span] = []
+        self.spans = SpanTable([])
         self.jobs: array[int] = array("q")
         self.ordinals: array[int] = array("q")
         self.ordered = True
+        self._shape_ids: dict[tuple[Any, ...], int] = {}  # (name, category, pid, tid, args text)
+        self._args: dict[Any, dict[str, Any]] = {}  # args text -> its one decoded dict
 
     def add_part(self, stage: Any, base: int) -> None:
         """The stage rows of one part, column by column (a dict per row cost more than the spans
-        themselves at 1M rows); names, categories and args decoded once per distinct value: equal
-        args text gives one shared dict (the report never changes a span's args)."""
+        themselves at 1M rows): a shape id per row — names, categories and args decoded once per
+        distinct value, equal args text giving one shared dict (the report never changes a span's
+        args) — and the two times as int64 columns."""
+        pc = compute()
+        stage = stage.filter(pc.is_valid(stage.column("ts_ns")))  # the merge writes none without a time
         if not stage.num_rows:
             return
-        pc = compute()
+        import numpy as np
+
         jobs, ordinals = _ints(stage.column("job")), _ints(stage.column("ordinal"))
         self._note_order(jobs[0], ordinals[0])
         if self.ordered and not _ascending(stage):
             self.ordered = False
         columns = [
-            _decoded(stage.column("name"), lambda v: intern(v or "")),
-            _decoded(stage.column("category"), lambda v: intern(v or "")),
-            _decoded(stage.column("trace_pid"), _same),  # a few tracks: one int object each
-            _decoded(stage.column("trace_tid"), _same),
-            pc.subtract(stage.column("ts_ns"), base).to_pylist(),
-            pc.max_element_wise(pc.fill_null(stage.column("dur_ns"), 0), 0).to_pylist(),
-            _decoded(stage.column("args"), _args),
+            _dictionary(stage.column(c)) for c in ("name", "category", "trace_pid", "trace_tid", "args")
         ]
-        self.spans.extend(map(Span, *columns))
+        key = np.zeros(stage.num_rows, dtype=np.int64)  # the five indices as one number (mixed radix)
+        room = 1
+        for values, indices in columns:
+            key, room = key * len(values) + indices, room * len(values)
+        if room >= _KEY_ROOM:  # too many distinct values to number so: their rows as keys
+            key = np.stack([indices for _, indices in columns], axis=1)
+        distinct, inverse = np.unique(key, axis=0 if key.ndim > 1 else None, return_inverse=True)
+        ids = np.array(
+            [self._shape_id(columns, _digits(row, columns)) for row in distinct.tolist()], dtype=np.int32
+        )
+        starts = pc.subtract(stage.column("ts_ns"), base)
+        durs = pc.max_element_wise(pc.fill_null(stage.column("dur_ns"), 0), 0)
+        self.spans.extend_columns(
+            _as_array("i", ids[inverse.reshape(-1)]),
+            _as_array("q", np.asarray(starts.to_numpy(), dtype=np.int64)),
+            _as_array("q", np.asarray(durs.to_numpy(), dtype=np.int64)),
+        )
         self.jobs.extend(jobs)
         self.ordinals.extend(ordinals)
+
+    def _shape_id(self, columns: list[tuple[list[Any], Any]], row: list[int]) -> int:
+        (names, _), (cats, _), (pids, _), (tids, _), (texts, _) = columns
+        name, cat, pid, tid, text = (
+            names[row[0]], cats[row[1]], pids[row[2]], tids[row[3]], texts[row[4]],
+        )  # fmt: skip
+        key = (name, cat, pid, tid, text)
+        got = self._shape_ids.get(key)
+        if got is None:
+            args = self._args.get(text)
+            if args is None:
+                args = self._args[text] = _args(text)
+            name, cat = intern(name or ""), intern(cat or "")
+            got = self._shape_ids[key] = self.spans.add_shape((name, cat, pid, tid, args))
+        return got
 
     def add(self, job: int, ordinal: int, span: Span) -> None:
         self._note_order(job, ordinal)
@@ -308,12 +342,46 @@ class _Kept:
         if self.jobs and (job, ordinal) < (self.jobs[-1], self.ordinals[-1]):
             self.ordered = False
 
-    def in_trace_order(self) -> list[Span]:
+    def in_trace_order(self) -> SpanTable:
         if self.ordered:
             return self.spans
-        jobs, ordinals, spans = self.jobs, self.ordinals, self.spans
-        order = sorted(range(len(spans)), key=lambda i: (jobs[i], ordinals[i]))  # stable, as before
-        return [spans[i] for i in order]
+        import numpy as np
+
+        order = np.lexsort(
+            (np.frombuffer(self.ordinals, np.int64), np.frombuffer(self.jobs, np.int64))
+        )  # stable
+        return self.spans.take(order)
+
+
+def _digits(key: Any, columns: list[tuple[list[Any], Any]]) -> list[int]:
+    """The five indices back from a mixed-radix key (a row of them as it is)."""
+    if isinstance(key, list):
+        return key
+    out = []
+    for values, _ in reversed(columns):
+        key, digit = divmod(key, len(values))
+        out.append(digit)
+    return out[::-1]
+
+
+def _dictionary(column: Any) -> tuple[list[Any], Any]:
+    """A column's distinct values (null last, where there is one) and each row's index into them."""
+    import numpy as np
+
+    encoded = column.combine_chunks().dictionary_encode()
+    values = encoded.dictionary.to_pylist()
+    if encoded.null_count:
+        values.append(None)
+        indices = compute().fill_null(encoded.indices, len(values) - 1)
+    else:
+        indices = encoded.indices
+    return values, np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _as_array(typecode: str, values: Any) -> array[Any]:
+    out = array(typecode)
+    out.frombytes(values.tobytes())
+    return out
 
 
 def _ints(column: Any) -> array[int]:
@@ -333,23 +401,6 @@ def _ascending(stage: Any) -> bool:
     j0, j1, o0, o1 = job.slice(0, n - 1), job.slice(1), ordinal.slice(0, n - 1), ordinal.slice(1)
     step_ok = pc.or_(pc.greater(j1, j0), pc.and_(pc.equal(j1, j0), pc.greater_equal(o1, o0)))
     return bool(pc.all(step_ok).as_py())
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _decoded(column: Any, decode: Any) -> list[Any]:
-    """``decode`` of every value of a column, called once per distinct value (whose one result
-    every row with that value shares)."""
-    encoded = column.combine_chunks().dictionary_encode()
-    values = [decode(v) for v in encoded.dictionary.to_pylist()]
-    if encoded.null_count:
-        values.append(decode(None))
-        indices = compute().fill_null(encoded.indices, len(values) - 1)
-    else:
-        indices = encoded.indices
-    return [values[i] for i in indices.to_pylist()]
 
 
 def _span(row: dict[str, Any], base: int, with_args: bool = False, dur_ns: int | None = None) -> Span:
