@@ -91,3 +91,29 @@ def test_long_lists_through_arrays_equal_the_reference(a: list[tuple[int, int]],
     assert ia.union_list(a) == iv.union(a)
     assert ia.clipped_union(a, lo, hi) == iv.union(iv.clip(a, lo, hi))
     assert ia.covered(a, lo, hi) == iv.covered(a, lo, hi)
+
+
+@needs_numpy
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(-50, 500), st.integers(0, 60)), max_size=20), max_size=12))
+def test_a_union_accumulated_part_by_part_equals_the_union_of_all(parts: list[list[tuple[int, int]]]) -> None:
+    """Parts joined in as they come (every few intervals here: a batch of 3) give the union of all
+    of them at once, whatever the batches."""
+    import numpy as np
+
+    arrays = [
+        ia.ArrayUnion(
+            np.array([s for s, _ in p], dtype=np.int64), np.array([s + d for s, d in p], dtype=np.int64)
+        )
+        for p in parts
+    ]
+    batch = ia.BATCH
+    ia.BATCH = 3
+    try:
+        acc = ia.Accumulated()
+        for a in arrays:
+            acc.add(a)
+        got = acc.union().intervals()
+    finally:
+        ia.BATCH = batch
+    assert got == ia.joined(arrays).intervals() == iv.union((s, s + d) for p in parts for s, d in p)

@@ -109,14 +109,14 @@ class _Columns:
         import numpy as np
 
         self.np, self.table = np, table
-        starts, ends, ids = table.arrays()
+        starts, ends, self.ids = table.arrays()
         picked = np.flatnonzero((starts < hi) & (ends > lo) & (ends > starts))
         self.order = picked[np.argsort(ends[picked], kind="stable")]
+        del picked
         self.ends = np.minimum(ends[self.order], hi)
-        self.starts = starts[self.order]
-        # each row's lane, as its place in ``order`` (rows of contexts no row uses never look it up)
-        places = np.array([order.get((c[0], c[1]), -1) for c in table.contexts] or [0], dtype=np.int64)
-        self.places = places[ids[self.order]]
+        self.starts = starts  # the table's, looked up for the few rows the walk reaches
+        # each context's lane, as its place in ``order`` (contexts no row uses never look it up)
+        self.places = np.array([order.get((c[0], c[1]), -1) for c in table.contexts] or [0], dtype=np.int64)
         self.n = len(self.order)
 
     def last_ending_by(self, t: int) -> int:
@@ -129,14 +129,14 @@ class _Columns:
         return int(self.np.searchsorted(self.ends[:k], end, side="left"))
 
     def rows(self, first: int, stop: int, lo: int) -> list[WorkSpan]:
-        picked = self.np.arange(first, stop)
-        if len(picked) >= _FEW:  # the longest (clipped at ``lo``), then of those the first lane
-            starts = self.np.maximum(self.starts[picked], lo)
-            picked = picked[starts == starts.min()]
-            if len(picked) >= _FEW:
-                places = self.places[picked]
-                picked = picked[places == places.min()]
-        return [self.table[i] for i in self.order[picked].tolist()]
+        rows = self.order[first:stop]
+        if len(rows) >= _FEW:  # the longest (clipped at ``lo``), then of those the first lane
+            starts = self.np.maximum(self.starts[rows], lo)
+            rows = rows[starts == starts.min()]
+            if len(rows) >= _FEW:
+                places = self.places[self.ids[rows]]
+                rows = rows[places == places.min()]
+        return [self.table[i] for i in rows.tolist()]
 
     def keep(self, n: int) -> None:
         self.n = n

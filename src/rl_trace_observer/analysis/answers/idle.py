@@ -153,25 +153,32 @@ class _StepSets:
 
     def _from_columns(self, columns: LaneColumns, lo: int, hi: int, kinds: dict[Lane, str]) -> None:
         np = ia.numpy_or_none()
-        picked: dict[tuple[Any, int], list[ia.ArrayUnion]] = defaultdict(list)  # (lane, role or "", bit)
+        # (lane, role or "", bit): each lane's union at once, joined as they come (ia.Accumulated)
+        picked: dict[tuple[Any, int], ia.Accumulated] = defaultdict(ia.Accumulated)
         for lane, (starts, ends, flags) in columns.cols.items():
             live = (starts < hi) & (ends > lo)
             if not live.all():
                 starts, ends, flags = starts[live], ends[live], flags[live]
             starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
-            for bit, key in _KEYED_BITS:  # each lane's union at once: far fewer intervals to keep
+            for bit, key in _KEYED_BITS:
                 m = (flags & bit) != 0
                 if m.any():
-                    picked[(key(lane), bit)].append(ia.ArrayUnion(*ia.union(starts[m], ends[m])))
-        work = {lane: ia.joined(picked[(lane, _WORK)]) for lane in columns.cols}
+                    picked[(key(lane), bit)].add(ia.ArrayUnion(*ia.union(starts[m], ends[m])))
+        work = {lane: picked[(lane, _WORK)].union() for lane in columns.cols}
         self.work.update(work)
-        for role in {lane[0] for lane in work}:
-            self.role_work[role] = ia.joined([u for lane, u in work.items() if lane[0] == role])
-            self.productive[role] = ia.joined(picked[(role, _PROD)]).intervals()
-            self.overhead[role] = ia.joined(picked[(role, _OVER)]).intervals()
-            self.wasted[role] = ia.joined(picked[(role, _WASTED)]).intervals()
-        self.worker_work = ia.joined([u for lane, u in work.items() if kinds[lane] in (TRAINER, ROLLOUT)])
-        self.sync, self.gen, self.train = (ia.joined(picked[("", bit)]) for bit in (_SYNC, _GEN, _TRAIN))
+        roles: dict[str, ia.Accumulated] = defaultdict(ia.Accumulated)
+        workers = ia.Accumulated()
+        for lane, u in work.items():
+            roles[lane[0]].add(u)
+            if kinds[lane] in (TRAINER, ROLLOUT):
+                workers.add(u)
+        for role in roles:
+            self.role_work[role] = roles[role].union()
+            self.productive[role] = picked[(role, _PROD)].union().intervals()
+            self.overhead[role] = picked[(role, _OVER)].union().intervals()
+            self.wasted[role] = picked[(role, _WASTED)].union().intervals()
+        self.worker_work = workers.union()
+        self.sync, self.gen, self.train = (picked[("", bit)].union() for bit in (_SYNC, _GEN, _TRAIN))
 
     def _from_spans(
         self, lanes: dict[Lane, list[WorkSpan]], lo: int, hi: int, kinds: dict[Lane, str]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock.correction import TimeCorrection
-from ..clock.probe import SpanSummary
+from ..clock.probe import SpanSummaries, SpanSummary
 from ..files.sources import Source
 from ..shards.spec import ShardSpec
 from ..timeline.identity import ProcessDecl, ThreadDecl
@@ -79,7 +79,7 @@ class Outcome:
     skipped: bool = False
     dropped_why: dict[str, int] = field(default_factory=dict)  # reason -> events left out
     emitted: bool = False  # its events reached the writers (a failure after that is not its alone)
-    spans: list[SpanSummary] = field(default_factory=list)  # for the clock causality checks
+    spans: SpanSummaries | list[SpanSummary] = field(default_factory=list)  # the clock causality checks'
     clock: dict[str, Any] | None = None  # per-artifact alignment record (manifest timeline.clock.artifacts)
 
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..clock.correction import IDENTITY, TimeCorrection
+from ..clock.probe import SpanSummaries, SpanSummary
 from ..formats import format_of
 from ..formats.base import REGIONS, STAGES, ClockEvidence
 from ..plan.plan import Plan
 from ..timeline.model import Problem, ProcessInfo, ProcessKey
 
 if TYPE_CHECKING:
-    from ..clock.probe import SpanSummary
     from ..job.spec import Outcome
 
 
@@ -107,7 +107,7 @@ def _placed(plan: Plan, outcomes: Mapping[int, Outcome]) -> dict[tuple[str, int]
         owner = plan.artifacts[index].info.owner
         if owner is None or o.min_ts is None:
             continue
-        hi = max([o.max_ts if o.max_ts is not None else o.min_ts, *(s[2] for s in o.spans)])
+        hi = max(o.max_ts if o.max_ts is not None else o.min_ts, _max_end(o.spans, o.min_ts))
         old = out.get((owner.host, owner.pid), (o.min_ts, hi))
         out[(owner.host, owner.pid)] = (min(old[0], o.min_ts), max(old[1], hi))
     return out
@@ -124,15 +124,29 @@ def _causality_reports(
     durations where a correction was not a constant (only those can turn negative)."""
     from ..clock.causality import CausalityReport, check_nesting, check_stage_alignment
 
-    # kept as the workers' tuples: only a process with Torch regions has its stages made into events
-    stages: dict[int, list[SpanSummary]] = defaultdict(list)  # merged pid -> RL-Insight spans
+    # Only a process with Torch regions has its stages checked, and only a track spans of several
+    # artifacts (or a varying correction) share has its nesting checked: the workers' summaries
+    # (columns, probe.SpanSummaries) become tuples for those alone — an RL-Insight log of a 1M-event
+    # step holds ~19k spans, a run of such logs none of either.
     regions: list[tuple[str, list[SpanSummary]]] = []  # (torch file, its regions)
+    region_pids: set[int] = set()
+    track_files: dict[tuple[int, int], set[int]] = defaultdict(set)
+    varies: dict[int, bool] = {}
+    for index, out in outcomes.items():
+        art = plan.artifacts[index]
+        owner = plan.processes.get(art.info.owner) if art.info.owner else None
+        varies[index] = owner is not None and clock.correction_for(owner.key).fn is not None
+        if _causality(art.info.kind) == REGIONS and out.spans:
+            region_pids.update(s[3] for s in out.spans)
+        for track in _tracks(out.spans):
+            track_files[track].add(index)
+    checked = {t for t, files in track_files.items() if len(files) > 1 or any(varies[i] for i in files)}
+    stages: dict[int, list[SpanSummary]] = defaultdict(list)  # merged pid -> RL-Insight spans
     tracks: dict[tuple[int, int], list[tuple[int, bool, SpanSummary]]] = defaultdict(list)
     durations = CausalityReport()
     for index, out in sorted(outcomes.items()):
         art = plan.artifacts[index]
-        owner = plan.processes.get(art.info.owner) if art.info.owner else None
-        varying = owner is not None and clock.correction_for(owner.key).fn is not None
+        varying = varies[index]
         negative = out.stats.get("negative_durations", 0)
         if varying:
             durations.checked += out.phases.get("X", 0)
@@ -144,13 +158,15 @@ def _causality_reports(
             )
             durations.failed += negative - 1
         role = _causality(art.info.kind)
-        if role == STAGES:
-            for span in out.spans:
-                stages[span[3]].append(span)
-        elif role == REGIONS and out.spans:
-            regions.append((art.info.path, out.spans))
+        if not (role == REGIONS or (role == STAGES and region_pids) or checked & _tracks(out.spans)):
+            continue  # nothing of it is checked: its summaries stay columns
         for span in out.spans:
-            tracks[(span[3], span[4])].append((index, varying, span))
+            if role == STAGES and span[3] in region_pids:
+                stages[span[3]].append(span)
+            if (span[3], span[4]) in checked:
+                tracks[(span[3], span[4])].append((index, varying, span))
+        if role == REGIONS and out.spans:
+            regions.append((art.info.path, list(out.spans)))
     reports: list[Any] = [durations]
     stage_events: dict[int, list[dict[str, Any]]] = {}  # made once a process, however many Torch files
     for path, regs in regions:
@@ -164,6 +180,19 @@ def _causality_reports(
         if len({i for i, _, _ in entries}) > 1 or any(v for _, v, _ in entries):
             reports.append(check_nesting([_as_event(s) for _, _, s in entries], tolerance_ns))
     return reports
+
+
+def _tracks(spans: SpanSummaries | list[SpanSummary]) -> set[tuple[int, int]]:
+    if isinstance(spans, SpanSummaries):
+        return spans.tracks()
+    return {(s[3], s[4]) for s in spans}
+
+
+def _max_end(spans: SpanSummaries | list[SpanSummary], floor: int) -> int:
+    if isinstance(spans, SpanSummaries):
+        end = spans.max_end()
+        return floor if end is None else max(end, floor)
+    return max([floor, *(s[2] for s in spans)])
 
 
 def _causality(kind: str) -> str | None:
