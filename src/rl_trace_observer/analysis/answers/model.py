@@ -11,7 +11,9 @@ from __future__ import annotations
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple
+
+from ...common.column_rows import ColumnRows
 
 __all__ = [
     "OVERHEAD",
@@ -66,7 +68,7 @@ Context = tuple[str, str, str, str, Any, Any, "str | None"]  # a row less its ti
 # stage, pid, tid, bucket
 
 
-class RowTable(Sequence[WorkSpan]):
+class RowTable(ColumnRows[WorkSpan]):
     """Rows kept as columns: a context id (into ``contexts``, shared by every table of one report)
     and the two times per row — 16 bytes of times and 4 of id instead of a 9-field tuple and an end
     ``int`` (~170 bytes; 1M-span steps in the live watch). Reading it gives the very
@@ -149,34 +151,11 @@ class RowTable(Sequence[WorkSpan]):
     def __len__(self) -> int:
         return len(self.ids)
 
-    @overload
-    def __getitem__(self, i: int) -> WorkSpan: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[WorkSpan]: ...
-    def __getitem__(self, i: int | slice) -> WorkSpan | list[WorkSpan]:
-        if isinstance(i, slice):
-            return [self._row(k) for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._row(i)
-
     def __iter__(self) -> Iterator[WorkSpan]:
         contexts, new = self.contexts, tuple.__new__
         for k, start, end in zip(self.ids, self.starts, self.ends, strict=True):
             c = contexts[k]
             yield new(WorkSpan, (c[0], c[1], c[2], c[3], start, end, c[4], c[5], c[6]))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"RowTable({list(self)!r})"
 
 
 def by_lane(spans: Iterable[WorkSpan]) -> dict[Lane, list[WorkSpan]]:

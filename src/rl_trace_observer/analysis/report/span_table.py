@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any
 
+from ...common.column_rows import ColumnRows
 from .load import Span
 
 __all__ = ["Shape", "SpanTable", "select"]
@@ -23,7 +24,7 @@ __all__ = ["Shape", "SpanTable", "select"]
 Shape = tuple[str, str, Any, Any, dict[str, Any]]  # name, category, pid, tid, args
 
 
-class SpanTable(Sequence[Span]):
+class SpanTable(ColumnRows[Span]):
     __slots__ = ("codes", "durs", "shapes", "starts")
 
     def __init__(self, shapes: list[Shape], codes: Any = None, starts: Any = None, durs: Any = None) -> None:
@@ -81,41 +82,18 @@ class SpanTable(Sequence[Span]):
             return self if kept.all() else SpanTable(self.shapes)
         return self.take(np.flatnonzero(kept[self.arrays()[0]]))
 
-    def _span(self, i: int) -> Span:
+    def _row(self, i: int) -> Span:
         name, cat, pid, tid, args = self.shapes[self.codes[i]]
         return Span(name, cat, pid, tid, self.starts[i], self.durs[i], args)
 
     def __len__(self) -> int:
         return len(self.codes)
 
-    @overload
-    def __getitem__(self, i: int) -> Span: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Span]: ...
-    def __getitem__(self, i: int | slice) -> Span | list[Span]:
-        if isinstance(i, slice):
-            return [self._span(k) for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._span(i)
-
     def __iter__(self) -> Iterator[Span]:
         shapes = self.shapes
         for code, start, dur in zip(self.codes, self.starts, self.durs, strict=True):
             name, cat, pid, tid, args = shapes[code]
             yield Span(name, cat, pid, tid, start, dur, args)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"SpanTable({list(self)!r})"
 
 
 def _array(typecode: str, values: Any) -> array[Any]:

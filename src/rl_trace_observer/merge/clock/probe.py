@@ -25,6 +25,7 @@ from typing import Any
 
 from msgspec import UNSET
 
+from ...common.column_rows import ColumnRows
 from ..timeline.model import Event, us_to_ns
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
@@ -32,7 +33,7 @@ SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged 
 MAX_SPANS = 10_000
 
 
-class SpanSummaries:
+class SpanSummaries(ColumnRows[SpanSummary]):
     """One artifact's summaries as columns: a name id and four int64s each. An RL-Insight log of a
     1M-event step holds ~19k spans: 64 of them sent 640k 5-tuples (~180 MB) to the parent, which
     kept them to the merge's end (the live watch's peak). Iterating gives the same tuples; a value
@@ -77,15 +78,8 @@ class SpanSummaries:
         ):
             yield (names[i], start, end, pid, tid)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SpanSummaries | list):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"SpanSummaries({list(self)!r})"
+    def _row(self, i: int) -> SpanSummary:
+        return (self.names[self.name_ids[i]], self.starts[i], self.ends[i], self.pids[i], self.tids[i])
 
     def tracks(self) -> set[tuple[int, int]]:
         return set(zip(self.pids, self.tids, strict=True))
