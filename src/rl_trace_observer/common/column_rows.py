@@ -9,10 +9,11 @@ share: indexing, slicing, equality with any sequence of the same rows, and a rea
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
-__all__ = ["ColumnRows"]
+__all__ = ["ColumnRows", "as_array", "with_row_as_lists"]
 
 T = TypeVar("T")
 
@@ -47,3 +48,23 @@ class ColumnRows(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self)!r})"
+
+
+def as_array(typecode: str, values: Any) -> array[Any]:
+    """A numpy array's values as an ``array.array`` of ``typecode`` (a copy the table owns; values
+    of another integer width are converted first)."""
+    out = array(typecode)
+    if values.dtype.itemsize != out.itemsize:
+        values = values.astype(f"i{out.itemsize}")
+    out.frombytes(values.tobytes())
+    return out
+
+
+def with_row_as_lists(columns: Sequence[Any], values: Sequence[int]) -> list[list[int]]:
+    """The columns as Python lists with one more row: for a value no int64 array holds (hostile
+    input). Columns that took their value of that row before one refused it give it back first."""
+    n = min(len(c) for c in columns)
+    out = [list(c[:n]) for c in columns]
+    for column, value in zip(out, values, strict=True):
+        column.append(value)
+    return out

@@ -15,6 +15,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator
 
+from ...common.column_rows import with_row_as_lists
+
 __all__ = ["IntervalChunks", "Source"]
 
 
@@ -30,14 +32,9 @@ class Source:
     def add(self, start: int, end: int) -> None:
         try:
             self.starts.append(start)
-        except OverflowError:
-            self.starts, self.ends = list(self.starts), list(self.ends)
-            self.starts.append(start)
-        try:
             self.ends.append(end)
         except OverflowError:
-            self.starts, self.ends = list(self.starts), list(self.ends)
-            self.ends.append(end)
+            self.starts, self.ends = with_row_as_lists((self.starts, self.ends), (start, end))
 
     def columnar(self) -> bool:
         return isinstance(self.starts, array) and isinstance(self.ends, array)

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from ...common.column_rows import ColumnRows
+from ...common.column_rows import ColumnRows, with_row_as_lists
 
 __all__ = [
     "OVERHEAD",
@@ -99,14 +99,9 @@ class RowTable(ColumnRows[WorkSpan]):
         self.ids.append(context)
         try:
             self.starts.append(start)
-        except OverflowError:
-            self._as_lists()
-            self.starts.append(start)
-        try:
             self.ends.append(end)
         except OverflowError:
-            self._as_lists()
-            self.ends.append(end)
+            self.starts, self.ends = with_row_as_lists((self.starts, self.ends), (start, end))
 
     def _as_lists(self) -> None:
         self.starts, self.ends = list(self.starts), list(self.ends)

@@ -52,7 +52,7 @@ from ...capture.requests import (
 from ...capture.staleness import CONSUME_SPAN
 from ..answers import interval_arrays as ia
 from ..answers import intervals as iv
-from ..answers.interval_chunks import IntervalChunks, Source
+from ..answers.interval_chunks import IntervalChunks
 from .stages import is_sync_root, is_weight_load
 
 TAIL_QUANTILE = 0.9
@@ -286,17 +286,13 @@ def _trainer_during(lo: int, hi: int, stage: Training) -> dict[str, int]:
         for cat, s, e in stage:
             by_cat[cat].append((s, e))
     out = {cat: ia.covered(ints, lo, hi) for cat, ints in sorted(by_cat.items())}
-    busy = ia.covered(IntervalChunks.join(_chunks(ints) for ints in by_cat.values()), lo, hi)
+    parts = list(by_cat.values())
+    if all(isinstance(p, IntervalChunks) for p in parts):  # the stage index's: joined, not copied
+        busy = ia.covered(IntervalChunks.join(parts), lo, hi)  # type: ignore[arg-type]
+    else:
+        busy = ia.covered([i for ints in parts for i in ints], lo, hi)
     out["idle"] = (hi - lo) - busy
     return out
-
-
-def _chunks(ints: Collection[iv.Interval]) -> IntervalChunks:
-    if isinstance(ints, IntervalChunks):
-        return ints
-    src = Source()
-    src.starts, src.ends = [s for s, _ in ints], [e for _, e in ints]  # lists: the tuples' own ints
-    return IntervalChunks([src])
 
 
 def _step_rows(reqs: list[Req], stage: Training, turns: dict[tuple[Any, ...], int]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ...common.column_rows import as_array
 from ...merge.shards.arrow import compute
 from ...merge.shards.dataset import Shards
 from ..gpu.kinds import GPU_CATEGORIES, LAUNCH_CATEGORIES
@@ -310,9 +311,9 @@ class _Kept:
         starts = pc.subtract(stage.column("ts_ns"), base)
         durs = pc.max_element_wise(pc.fill_null(stage.column("dur_ns"), 0), 0)
         self.spans.extend_columns(
-            _as_array("i", ids[inverse.reshape(-1)]),
-            _as_array("q", np.asarray(starts.to_numpy(), dtype=np.int64)),
-            _as_array("q", np.asarray(durs.to_numpy(), dtype=np.int64)),
+            as_array("i", ids[inverse.reshape(-1)]),
+            as_array("q", np.asarray(starts.to_numpy(), dtype=np.int64)),
+            as_array("q", np.asarray(durs.to_numpy(), dtype=np.int64)),
         )
         self.jobs.extend(jobs)
         self.ordinals.extend(ordinals)
@@ -376,12 +377,6 @@ def _dictionary(column: Any) -> tuple[list[Any], Any]:
     else:
         indices = encoded.indices
     return values, np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _as_array(typecode: str, values: Any) -> array[Any]:
-    out = array(typecode)
-    out.frombytes(values.tobytes())
-    return out
 
 
 def _ints(column: Any) -> array[int]:

@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...common.column_rows import ColumnRows
+from ...common.column_rows import ColumnRows, as_array
 from .load import Span
 
 __all__ = ["Shape", "SpanTable", "select"]
@@ -69,7 +69,7 @@ class SpanTable(ColumnRows[Span]):
         """These rows (a numpy array of indices into this table, in their order), same shapes."""
         codes, starts, durs = self.arrays()
         return SpanTable(
-            self.shapes, _array("i", codes[rows]), _array("q", starts[rows]), _array("q", durs[rows])
+            self.shapes, as_array("i", codes[rows]), as_array("q", starts[rows]), as_array("q", durs[rows])
         )
 
     def where(self, keep: Callable[[Span], bool]) -> SpanTable:
@@ -78,8 +78,8 @@ class SpanTable(ColumnRows[Span]):
         import numpy as np
 
         kept = np.array([bool(keep(Span(*shape[:4], 0, 0, shape[4]))) for shape in self.shapes], dtype=bool)
-        if not len(self) or kept.all():
-            return self if kept.all() else SpanTable(self.shapes)
+        if kept.all():
+            return self
         return self.take(np.flatnonzero(kept[self.arrays()[0]]))
 
     def _row(self, i: int) -> Span:
@@ -94,12 +94,6 @@ class SpanTable(ColumnRows[Span]):
         for code, start, dur in zip(self.codes, self.starts, self.durs, strict=True):
             name, cat, pid, tid, args = shapes[code]
             yield Span(name, cat, pid, tid, start, dur, args)
-
-
-def _array(typecode: str, values: Any) -> array[Any]:
-    out = array(typecode)
-    out.frombytes(values.tobytes())
-    return out
 
 
 def select(spans: Sequence[Span], keep: Callable[[Span], bool]) -> Sequence[Span]:

@@ -7,12 +7,12 @@ spans a tuple per span in three lists was ~90 MB, only ever turned back into arr
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...common.column_rows import as_array
 from ..answers.interval_chunks import IntervalChunks, Source
 from ..answers.model import RL_BUCKETS, Context, RowTable, natural
 from .identity import lane_of, process_role
@@ -103,17 +103,18 @@ class StageIndex:
                 sources.append(times)
         contexts = context_of_shape[codes]
         for context, rows in _groups(contexts, len(self.contexts)):
-            sources[context].starts = _int64s(starts[rows])
-            sources[context].ends = _int64s(ends[rows])
+            sources[context].starts = as_array("q", starts[rows])
+            sources[context].ends = as_array("q", ends[rows])
         lanes = list(self._lanes)
-        lane_of_context = np.array([lanes.index(c[:2]) for c in self.contexts], dtype=np.int32)
+        place = {lane: i for i, lane in enumerate(lanes)}
+        lane_of_context = np.array([place[c[:2]] for c in self.contexts], dtype=np.int32)
         spans_of = {}
         for lane, rows in _groups(lane_of_context[contexts], len(lanes)):
             mine = self._lanes[lanes[lane]][2]
             mine.ids, mine.starts, mine.ends = (
-                _int32s(contexts[rows]),
-                _int64s(starts[rows]),
-                _int64s(ends[rows]),
+                as_array("i", contexts[rows]),
+                as_array("q", starts[rows]),
+                as_array("q", ends[rows]),
             )
             spans_of[Who(*lanes[lane])] = rows
         self.spans_of = _SpansOf(table, spans_of)
@@ -173,18 +174,6 @@ def _groups(keys: Any, n: int) -> Iterator[tuple[int, Any]]:
     for key in range(n):
         if bounds[key] < bounds[key + 1]:
             yield key, order[bounds[key] : bounds[key + 1]]
-
-
-def _int64s(values: Any) -> array[int]:
-    out = array("q")
-    out.frombytes(values.astype("int64").tobytes())
-    return out
-
-
-def _int32s(values: Any) -> array[int]:
-    out = array("i")
-    out.frombytes(values.astype("int32").tobytes())
-    return out
 
 
 def lanes_of(idx: StageIndex) -> dict[tuple[str, str], RowTable]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ...common.column_rows import ColumnRows
+from ...common.column_rows import ColumnRows, with_row_as_lists
 from ..timeline.model import Event, us_to_ns
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
@@ -63,10 +63,7 @@ class SpanSummaries(ColumnRows[SpanSummary]):
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
         except OverflowError:
-            n = len(self.name_ids) - 1  # the columns that took this span's values give them back
-            self.starts, self.ends, self.pids, self.tids = (list(c[:n]) for c in columns)
-            for column, value in zip((self.starts, self.ends, self.pids, self.tids), values, strict=True):
-                column.append(value)
+            self.starts, self.ends, self.pids, self.tids = with_row_as_lists(columns, values)
 
     def __len__(self) -> int:
         return len(self.name_ids)

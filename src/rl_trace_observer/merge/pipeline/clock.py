@@ -132,13 +132,15 @@ def _causality_reports(
     region_pids: set[int] = set()
     track_files: dict[tuple[int, int], set[int]] = defaultdict(set)
     varies: dict[int, bool] = {}
+    tracks_of: dict[int, set[tuple[int, int]]] = {}
     for index, out in outcomes.items():
         art = plan.artifacts[index]
         owner = plan.processes.get(art.info.owner) if art.info.owner else None
         varies[index] = owner is not None and clock.correction_for(owner.key).fn is not None
         if _causality(art.info.kind) == REGIONS and out.spans:
             region_pids.update(s[3] for s in out.spans)
-        for track in _tracks(out.spans):
+        tracks_of[index] = _tracks(out.spans)
+        for track in tracks_of[index]:
             track_files[track].add(index)
     checked = {t for t, files in track_files.items() if len(files) > 1 or any(varies[i] for i in files)}
     stages: dict[int, list[SpanSummary]] = defaultdict(list)  # merged pid -> RL-Insight spans
@@ -158,7 +160,7 @@ def _causality_reports(
             )
             durations.failed += negative - 1
         role = _causality(art.info.kind)
-        if not (role == REGIONS or (role == STAGES and region_pids) or checked & _tracks(out.spans)):
+        if not (role == REGIONS or (role == STAGES and region_pids) or checked & tracks_of[index]):
             continue  # nothing of it is checked: its summaries stay columns
         for span in out.spans:
             if role == STAGES and span[3] in region_pids:
