@@ -1,7 +1,8 @@
 """The merger's optional compiled twins (Cython; see README "Dependencies").
 
 The pure-Python code stays the reference: ``merge/output/_pftrace_native.pyx`` reproduces
-``FusedWriter``'s loops byte for byte and tests compare the two. A twin whose source is a ``.py``
+``FusedWriter``'s loops byte for byte, ``merge/output/_chrome_json_native.pyx`` msgspec's encoding of the
+merged events, and tests compare each with its reference. A twin whose source is a ``.py``
 (``transform/fastpath.py``, the fused per-event loop) is that very module compiled, under the twin's
 name: nothing to keep in step by hand, and the same tests compare it. A machine without a C compiler
 still installs: the extensions are optional and the merger falls back to Python.

@@ -45,7 +45,13 @@ HERE = Path(__file__).resolve().parent
 
 MERGE_CHILD = """
 import json, resource, sys, time
-from rl_trace_observer.common import twins
+try:
+    from rl_trace_observer.common import twins
+    native = twins.active()
+except ImportError:  # an older tree (--against): its twins were listed in the .pftrace writer
+    import importlib.util
+    names = ["rl_trace_observer.merge.writers._pftrace_native", "rl_trace_observer.analysis.gpu._gpu_native"]
+    native = {n.rsplit(".", 1)[1]: importlib.util.find_spec(n) is not None for n in names}
 from rl_trace_observer.merge.pipeline import MergeOptions, merge
 run, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 inputs = json.loads(run) if run.startswith("[") else [run]  # a run directory, or a JSON list of files
@@ -58,7 +64,7 @@ print(json.dumps({"wall_s": wall, "exit": res.exit_code, "counts": res.manifest[
                   "size": res.manifest["output"]["size"], "parent_rss_kb": self_kb,
                   "worker_rss_kb": kids.ru_maxrss,
                   "cpu_s": time.process_time() - c0 + kids.ru_utime + kids.ru_stime,
-                  "problems": len(res.manifest["problems"]), "native": twins.active(),
+                  "problems": len(res.manifest["problems"]), "native": native,
                   "links": [[a.get("pairs", 0), a.get("raw_acausal_pairs", 0), a.get("acausal_pairs", 0),
                              a.get("pairing")]
                             for a in res.manifest["timeline"]["clock"].get("artifacts", [])]}))
@@ -196,13 +202,17 @@ def generated_run(run: Path | None, tmp: Path, events: int) -> Path:
 
 
 def reference_src(ref: str, tmp: Path) -> Path:
-    """``ref``'s ``src/`` (``git archive``) for the before rows; each compiled twin of this tree is
-    copied beside its source there when that source is byte-identical (else that side runs Python)."""
+    """``ref``'s ``src/`` (``git archive``) for the before rows, with ``ref``'s own compiled twins
+    built by its ``setup.py`` (a throwaway venv with Cython, as ``pip install`` would use), so both
+    rows run compiled where their tree has twins. If that build fails, each compiled twin of this tree
+    is copied beside its source there when that source is byte-identical (else that side runs Python)."""
     root = HERE.parent
     dest = tmp / "ref"
-    archive = subprocess.run(["git", "archive", ref, "src"], cwd=root, check=True, capture_output=True)
+    archive = subprocess.run(["git", "archive", ref], cwd=root, check=True, capture_output=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
+    if _build_twins(dest, tmp / "build-venv"):
+        return dest / "src"
     for built in (root / "src").rglob("*.so"):
         rel = built.relative_to(root)
         pyx = built.parent / (built.name.split(".", 1)[0] + ".pyx")
@@ -210,6 +220,22 @@ def reference_src(ref: str, tmp: Path) -> Path:
         if pyx.exists() and there.exists() and there.read_bytes() == pyx.read_bytes():
             shutil.copy2(built, dest / rel)
     return dest / "src"
+
+
+def _build_twins(tree: Path, venv: Path) -> bool:
+    """``setup.py build_ext --inplace`` in ``tree`` with this interpreter's version (same ABI)."""
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        py = str(venv / "bin" / "python")
+        pins = ["cython>=3.1,<3.3", "setuptools>=77", "wheel"]  # pyproject.toml [build-system]
+        subprocess.run([py, "-m", "pip", "install", "-q", *pins], check=True, capture_output=True)
+        subprocess.run([py, "setup.py", "build_ext", "--inplace"], cwd=tree, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"  (the reference's twins were not built: {exc}; copying this tree's where identical)")
+        return False
+    built = sorted(p.name.split(".", 1)[0] for p in (tree / "src").rglob("*.so"))
+    print(f"  reference {tree.name}: built its compiled twins {', '.join(built) or '(none)'}")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,14 +105,13 @@ fi
 # The merger's compiled .pftrace encoder (setup.py: Cython, optional). pip builds it with the install
 # above; rebuild when its source changed, since a twin built from another source is ignored (common/twins.py).
 native_stamp=.venv/.rl-trace-native
-native_want=$(cat setup.py src/rl_trace_observer/common/twin_sources.py src/rl_trace_observer/merge/output/_pftrace_native.pyx \
-  src/rl_trace_observer/analysis/gpu/_gpu_native.pyx src/rl_trace_observer/merge/transform/fastpath.py \
-  | sha256sum | cut -d' ' -f1)
+native_want=$(cat setup.py src/rl_trace_observer/common/twin_sources.py $(find src -name '*.pyx' | sort) \
+  src/rl_trace_observer/merge/transform/fastpath.py | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"
 elif [ "$(cat "$native_stamp" 2>/dev/null)" != "$native_want" ]; then
-  step "building the compiled twins (Cython: the .pftrace encoder, the report's GPU loops)"
+  step "building the compiled twins (Cython: the .pftrace and Chrome JSON encoders, the fused loop, the report's GPU loops)"
   logged .venv/bin/python -m pip install --no-deps -c constraints/torch-cpu.txt -e .
   echo "$native_want" > "$native_stamp"
 fi
