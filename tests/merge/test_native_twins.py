@@ -228,6 +228,24 @@ def test_compiled_thread_encoder_writes_the_python_bytes(
     assert _encode([copy(e) for e in _events(rows, base, as_int)], True, intern_limit) == python
 
 
+class _Tagged(Event):
+    """A subclass with a field of its own: the twin reads Event's fields by slot only from Events."""
+
+    tag: int = 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(_row, max_size=40), base=st.sampled_from(_BASES))
+def test_compiled_thread_encoder_reads_other_event_types_by_name(
+    rows: list[tuple[Any, ...]], base: int
+) -> None:
+    def tagged() -> list[Event]:
+        return [_Tagged(**msgspec.structs.asdict(e), tag=1) for e in _events(rows, base, False)]
+
+    python = _encode([msgspec.structs.replace(e) for e in _events(rows, base, False)], False, 200_000)
+    assert _encode(tagged(), True, 200_000) == python
+
+
 _counter = st.tuples(
     st.integers(0, 2**40),  # ts
     st.sampled_from(["mem", "", "é"]),
