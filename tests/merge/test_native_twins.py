@@ -350,3 +350,41 @@ def test_compiled_fused_loop_merges_to_the_python_bytes(
                     )
     for fmt in FORMATS:
         assert got[True, fmt] == got[False, fmt], fmt
+
+
+_time = st.one_of(
+    st.integers(0, 50),
+    st.integers(0, 50).map(float),
+    st.sampled_from([2**53, 2**53 + 1, 2**60, float(2**60), -0.0, float("nan")]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    slices=st.lists(st.tuples(_time, _time), max_size=30),
+    rest=st.lists(_time, max_size=12),
+    in_order=st.booleans(),
+)
+def test_compiled_thread_order_is_pythons(
+    slices: list[tuple[Any, Any]], rest: list[Any], in_order: bool
+) -> None:
+    """Slices by start, the longer first, merged with the flow events (slices first at equal times):
+    the C sort and merge give the Python sorts' list, ties, mixed ints and floats, big ints and NaN
+    (Python's order) included."""
+    from rl_trace_observer.merge.output import pftrace_fused
+
+    def lists() -> tuple[list[Event], list[Event]]:
+        return (
+            [Event(ph="X", ts=ts, dur=d, name=str(i)) for i, (ts, d) in enumerate(slices)],
+            [Event(ph="s", ts=ts, name=f"r{i}") for i, ts in enumerate(rest)],
+        )
+
+    def run(fn: Any) -> list[Any]:
+        a, b = lists()
+        seq = fn(a, b, in_order)
+        return [e.name for e in seq] + ["|"] + [e.name for e in a]
+
+    with _native(True):
+        twin = twins.twin(pftrace_fused.NATIVE_TWIN)
+    assert twin is not None
+    assert run(twin.order_thread) == run(pftrace_fused.order_thread)

@@ -59,6 +59,7 @@ class FusedWriter(PftraceWriter):
         twin = self._twin = twins.twin(NATIVE_TWIN)  # the compiled loops, or None
         self._split_lanes = split_lanes if twin is None else twin.split_lanes
         self._compact_args = compact_args if twin is None else partial(twin.compact_args, py_compact=_compact)
+        self._order_thread = order_thread if twin is None else twin.order_thread
         if twin is not None:
             self._slice_type = twin.Slice
 
@@ -87,15 +88,7 @@ class FusedWriter(PftraceWriter):
                 seq.sort(key=_order)
                 self._write_generic(seq, fan)
                 continue
-            if not ordered.get(key, False):
-                slices.sort(key=_DUR, reverse=True)  # two stable sorts: by start, the longer first
-                slices.sort(key=_TS)
-            if rest:
-                rest.sort(key=_TS)
-                seq = slices + rest
-                seq.sort(key=_TS)  # a merge of two runs: slices first at equal times
-            else:
-                seq = slices
+            seq = self._order_thread(slices, rest, ordered.get(key, False))
             self._compact_args(slices)
             if twin is not None:
                 twin.write_thread(self, key, seq, event_dict, decode_raw_args)
@@ -301,6 +294,21 @@ class FusedWriter(PftraceWriter):
     def _maybe_reset(self) -> None:
         if self._interned >= self._intern_limit:
             self._reset_interning()
+
+
+def order_thread(slices: list[Event], rest: list[Event], in_order: bool) -> list[Event]:
+    """A thread's slices and flow events in the order its loop writes them: slices by start, the
+    longer first (``slices`` sorted in place, unless ``in_order`` says they are), merged with the
+    flow events by start, slices first at equal times."""
+    if not in_order:
+        slices.sort(key=_DUR, reverse=True)  # two stable sorts: by start, the longer first
+        slices.sort(key=_TS)
+    if not rest:
+        return slices
+    rest.sort(key=_TS)
+    seq = slices + rest
+    seq.sort(key=_TS)  # a merge of two runs: slices first at equal times
+    return seq
 
 
 def _order(e: Event) -> tuple[Any, ...]:
