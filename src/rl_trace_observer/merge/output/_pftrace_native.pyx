@@ -392,12 +392,14 @@ def order_thread(list slices, list rest, bint in_order):
     cdef Py_ssize_t ns, nr, i = 0, j = 0
     cdef double a, b
     cdef list seq
+    cdef bint numbers = True  # every slice's start a number C compares as Python does
     if not in_order and not _sort_by_start(slices, True):
         slices.sort(key=_DUR, reverse=True)
         slices.sort(key=_TS)
+        numbers = False
     if not rest:
         return slices
-    if in_order and not _starts_ascend(slices):  # not as certified: Python's one sort decides
+    if not numbers or (in_order and not _starts_ascend(slices)):  # Python's one sort decides
         rest.sort(key=_TS)
         seq = slices + rest
         seq.sort(key=_TS)
