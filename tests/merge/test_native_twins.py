@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
@@ -360,6 +360,8 @@ _time = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
+@example(slices=[(1, 0)], rest=[2**53 + 1], in_order=False)  # lone events: their times are checked too
+@example(slices=[(1, 0), (float("nan"), 0)], rest=[0], in_order=False)
 @given(
     slices=st.lists(st.tuples(_time, _time), max_size=30),
     rest=st.lists(_time, max_size=12),

@@ -71,7 +71,7 @@ cdef Py_ssize_t _key_len[NFIELDS]
 cdef PyObject* _unset = <PyObject*>UNSET
 cdef PyTypeObject* _event_type = <PyTypeObject*>Event
 cdef PyTypeObject* _raw_type = <PyTypeObject*>Raw
-cdef double _LIMIT = 140737488355328.0  # 2**47  # |ns| below it: y / 1000 prints as y's digits (module doc)
+cdef double _LIMIT = 140737488355328.0  # 2**47 ns: below it y / 1000 prints as y's digits (module doc)
 
 
 def _layout():
@@ -133,13 +133,8 @@ cdef inline int _ensure(bytearray buf, Py_ssize_t* cap, Py_ssize_t need) noexcep
 
 cdef inline char* _room(bytearray buf, Py_ssize_t* cap, Py_ssize_t used, Py_ssize_t n) except NULL:
     """Room for ``n`` more bytes after ``used``; ``buf``'s size is the capacity, trimmed at the end."""
-    cdef Py_ssize_t want
-    if used + n > cap[0]:
-        want = cap[0] + cap[0] // 2
-        if want < used + n:
-            want = used + n
-        PyByteArray_Resize(buf, want)
-        cap[0] = want
+    if _ensure(buf, cap, used + n) < 0:
+        return NULL
     return PyByteArray_AS_STRING(buf) + used
 
 
@@ -231,6 +226,7 @@ cdef Py_ssize_t _event(bytearray buf, Py_ssize_t* cap, Py_ssize_t used, PyObject
     cdef long long iv
     cdef int overflow = 0, m
     cdef Py_buffer view
+    cdef const char* src
     if Py_TYPE(e) != _event_type:
         return -1
     p = _room(buf, cap, used, 1)
@@ -299,30 +295,24 @@ cdef Py_ssize_t _event(bytearray buf, Py_ssize_t* cap, Py_ssize_t used, PyObject
             memcpy(p, keys + _key_at[i], _key_len[i])
             memcpy(p + _key_len[i], b"true" if v == Py_True else b"false", m)
             used += klen + m
-        elif t == _raw_type and _raw_fields:
-            n = rl_raw_len(v)
-            if n <= 0:
-                return -1
-            p = _room(buf, cap, used, klen + n)
-            if not first:
-                p[0] = 44
-                p += 1
-            memcpy(p, keys + _key_at[i], _key_len[i])
-            memcpy(p + _key_len[i], rl_raw_buf(v), n)
-            used += klen + n
-        elif t == _raw_type:
-            PyObject_GetBuffer(<object>v, &view, PyBUF_SIMPLE)
-            n = view.len
-            if n == 0 or _ensure(buf, cap, used + klen + n) < 0:
+        elif t == _raw_type:  # its bytes as they are: read from its fields, else by the buffer protocol
+            if _raw_fields:
+                src, n = rl_raw_buf(v), rl_raw_len(v)
+            else:
+                PyObject_GetBuffer(<object>v, &view, PyBUF_SIMPLE)
+                src, n = <const char*>view.buf, view.len
+            m = 0 if n > 0 and _ensure(buf, cap, used + klen + n) == 0 else (-1 if n <= 0 else -2)
+            if m == 0:
+                p = PyByteArray_AS_STRING(buf) + used
+                if not first:
+                    p[0] = 44
+                    p += 1
+                memcpy(p, keys + _key_at[i], _key_len[i])
+                memcpy(p + _key_len[i], src, n)
+            if not _raw_fields:
                 PyBuffer_Release(&view)
-                return -1 if n == 0 else -2  # -2: the MemoryError is set
-            p = PyByteArray_AS_STRING(buf) + used
-            if not first:
-                p[0] = 44
-                p += 1
-            memcpy(p, keys + _key_at[i], _key_len[i])
-            memcpy(p + _key_len[i], view.buf, n)
-            PyBuffer_Release(&view)
+            if m < 0:
+                return m  # -1: msgspec's to write (empty); -2: the MemoryError is set
             used += klen + n
         else:
             return -1

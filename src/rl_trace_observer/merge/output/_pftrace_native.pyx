@@ -336,15 +336,15 @@ cdef bint _as_double(object v, double* out):
 
 cdef bint _sort_by_start(list events, bint longer_first) except -1:
     """Sort ``events`` in place by start (the longer first when asked), stably; False (nothing
-    changed) when a time is not a number C compares as Python does."""
+    changed) when a time is not a number C compares as Python does — True means every one is."""
     cdef Py_ssize_t n = PyList_GET_SIZE(events), i
     cdef _Key* keys
     cdef bint ordered = True
     cdef object e
     cdef list copy
-    if n < 2:
+    if n == 0:
         return True
-    keys = <_Key*>malloc(n * sizeof(_Key))
+    keys = <_Key*>malloc(n * sizeof(_Key))  # a lone event is checked too: the merge relies on it
     if keys == NULL:
         raise MemoryError()
     try:
@@ -386,36 +386,34 @@ _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 
 
+cdef list _merged_by_python(list slices, list rest):
+    """The reference's merge: flow events by start, then one stable sort of slices + flow events."""
+    rest.sort(key=_TS)
+    seq = slices + rest
+    seq.sort(key=_TS)
+    return seq
+
+
 def order_thread(list slices, list rest, bint in_order):
     """:func:`.pftrace_fused.order_thread`: the same list, sorted and merged in C where every time is
     a number C compares exactly as Python does (else by Python's sorts)."""
     cdef Py_ssize_t ns, nr, i = 0, j = 0
     cdef double a, b
     cdef list seq
-    cdef bint numbers = True  # every slice's start a number C compares as Python does
     if not in_order and not _sort_by_start(slices, True):
         slices.sort(key=_DUR, reverse=True)
         slices.sort(key=_TS)
-        numbers = False
+        return _merged_by_python(slices, rest) if rest else slices
     if not rest:
         return slices
-    if not numbers or (in_order and not _starts_ascend(slices)):  # Python's one sort decides
-        rest.sort(key=_TS)
-        seq = slices + rest
-        seq.sort(key=_TS)
-        return seq
-    if not _sort_by_start(rest, False):
-        rest.sort(key=_TS)
-        seq = slices + rest
-        seq.sort(key=_TS)
-        return seq
+    if (in_order and not _starts_ascend(slices)) or not _sort_by_start(rest, False):
+        return _merged_by_python(slices, rest)
+    # every start on both sides is now known to be a number C compares as Python does
     ns, nr = PyList_GET_SIZE(slices), PyList_GET_SIZE(rest)
     seq = []
     while i < ns and j < nr:  # a merge of two sorted runs: slices first at equal times
-        if not (_as_double(_f(slices[i], O_TS, "ts"), &a) and _as_double(_f(rest[j], O_TS, "ts"), &b)):
-            seq = slices + rest
-            seq.sort(key=_TS)
-            return seq
+        _as_double(_f(slices[i], O_TS, "ts"), &a)
+        _as_double(_f(rest[j], O_TS, "ts"), &b)
         if b < a:
             seq.append(rest[j])
             j += 1
@@ -639,7 +637,9 @@ def write_counters(w, list events, decode_raw_args):
         pid = _f(e, O_PID, "pid")
         name = _f(e, O_NAME, "name")
         name = "" if name is unset else str(name)
-        cid = None if _f(e, O_ID, "id") is unset else _f(e, O_ID, "id")
+        cid = _f(e, O_ID, "id")
+        if cid is unset:
+            cid = None
         prefix = name if cid is None else f"{name} id: {cid}"
         args = decode_raw_args(e) if _f(e, O_ARGS, "args") is not unset else None
         if not args:
