@@ -38,6 +38,7 @@ from . import frames
 from .ending import detached_command
 from .sink import Sink
 
+_getsignal = signal.getsignal
 Stream = Any  # a streams.Stream (that module imports this one, so not imported back)
 
 
@@ -45,6 +46,10 @@ log = logging.getLogger("rl_trace_observer")
 
 LINGER_S = 0.002  # a woken pump waits this long for the batch to gather
 IDLE_S = 0.1  # an idle pump still wakes this often: periodic records, messages from the drain
+INLINE_LINES = 512  # a busy stream's batch this long is written by the thread that filled it
+LEND_S = 0.001  # the most one _lend waits for the pump's cycle
+LEND_MAX_S = 0.005  # the most all _lends wait per pump period (a stuck pump costs this, once)
+NEVER = float("inf")
 PIPE_BYTES = 1 << 20  # asked for (Linux caps it at /proc/sys/fs/pipe-max-size, 1 MiB by default)
 MAX_SPAWNS = 4  # the first drain and up to three replacements
 RESPAWN_AFTER_S = 1.0
@@ -216,6 +221,10 @@ class Channel:
         self._sids = itertools.count(1)
         self._seq = itertools.count(1)
         self._lock = threading.Lock()  # the stream table and sync tokens; held for a few lines only
+        self._cycle_lock = threading.Lock()  # the outbox and pump-side counts: a cycle, or send_inline
+        self._cycled = threading.Event()  # set when the pump's cycle is done: see _lend
+        self._due = NEVER  # when the pump's wait ends (monotonic): from then it wants the GIL
+        self._lent = 0.0  # seconds lent to the pump in this period
         self._wake = threading.Event()
         self.awake = False
         self._outbox = frames.Outbox()
@@ -246,6 +255,68 @@ class Channel:
         if not self.awake:
             self.awake = True
             self._wake.set()
+
+    def send_inline(self, s: Stream) -> None:
+        """From a thread whose append left a multiple of ``streams.OFFER_LINES`` lines waiting: once
+        ``INLINE_LINES`` wait, frame and write them now; in any case lend the pump the GIL if it
+        wants it (:meth:`_lend`, checked this often so that its wait stays short).
+
+        Why: a pump thread that wants the GIL while a training thread runs Python and releases it
+        for short syscalls (one per request, say) is woken by every release and almost never wins
+        it — the release is over before the pump runs, and each release restarts the interpreter's
+        5 ms switch timer. The pump then waits for tens of ms, and every release costs both threads
+        a futex and a context switch: in a request-serving loop that cost more CPU than the request
+        hooks. So a busy stream is written by the thread that fills it, in batches, never waiting:
+        the pipe is non-blocking and the lock only tried. Anything not simple (no drain yet, a
+        backlog, a header or close pending, SIGPIPE not ignored) stays with the pump. For ``IDLE_S``
+        after, a new batch wakes no pump; its periodic cycle takes the tail of a burst, and that
+        thread lends it the GIL (:meth:`_lend`).
+        """
+        if self._write_own(s):
+            s.inline_until = time.monotonic() + IDLE_S
+        self._lend()  # whether or not it wrote: a batch it left waits for the pump
+
+    def _write_own(self, s: Stream) -> bool:
+        t = self._transport
+        if (
+            len(s.buf) < INLINE_LINES
+            or type(t) is not _Pipe
+            or self._outbox
+            or not s.announced
+            or s.closing
+            or s.new_headers
+            or self._stop_deadline is not None
+            or _getsignal(signal.SIGPIPE) is not signal.SIG_IGN  # a write to a dead drain would kill
+            or not self._cycle_lock.acquire(blocking=False)
+        ):
+            return False
+        try:
+            if self._transport is not t or self._outbox or self._stop_deadline is not None:
+                return False
+            data, n = s.take()
+            self._outbox.add(frames.LINES, s.sid, data, a=s.emitted, b=n)
+            s.sent_emitted = s.emitted
+            if t.send(self._outbox):
+                return True
+            self.notify()  # the drain is gone: the pump's next cycle starts another
+        except Exception as exc:  # never raised on a training thread; the pump's cycle tries again
+            self.warn_once("inline", f"capture: a batch written by its own thread failed ({exc!r})")
+        finally:
+            self._cycle_lock.release()
+        return False
+
+    def _lend(self) -> None:
+        """If the pump's wait is over (it wants the GIL), block up to ``LEND_S`` until its cycle is
+        done: the GIL is free meanwhile, so the pump takes it at once (and its own syscalls do not
+        start new waits). What CPython's switch interval would do, were it not restarted by every
+        short release. Typically 0.1-0.3 ms per ``IDLE_S``; at most ``LEND_MAX_S`` per pump period
+        however long its cycle (a stuck pump: ``_due`` is cleared once that is spent)."""
+        now = time.monotonic()
+        if now > self._due and not self._cycled.is_set():
+            self._cycled.wait(LEND_S)
+            self._lent += time.monotonic() - now
+            if self._lent >= LEND_MAX_S:
+                self._due = NEVER
 
     def sync(self, timeout_s: float) -> bool:
         """Wait until everything handed over before this call is settled by the writer."""
@@ -306,14 +377,21 @@ class Channel:
         except Exception as exc:
             self.warn_once("pump", f"capture pump error (events may be lost): {exc!r}")
         while True:
+            self._due = time.monotonic() + IDLE_S  # before the clear: _lend never waits on a set one
+            self._lent = 0.0
+            self._cycled.clear()
             woke = self._wake.wait(IDLE_S)
             self._wake.clear()
             if woke and self._stop_deadline is None:
+                self._due = time.monotonic() + LINGER_S
                 time.sleep(LINGER_S)  # sparse events reach the pipe within ~2 ms; bursts still batch
             try:
-                self._cycle()
+                with self._cycle_lock:
+                    self._cycle()
             except Exception as exc:  # the pump must outlive any single failure
                 self.warn_once("pump", f"capture pump error (events may be lost): {exc!r}")
+            self._due = NEVER
+            self._cycled.set()
             if self._stop_deadline is not None:
                 self._finish()
                 return
@@ -481,11 +559,12 @@ class Channel:
     def _finish(self) -> None:
         deadline = self._stop_deadline or time.monotonic()
         try:
-            with contextlib.suppress(Exception):
-                self._cycle()
-            t = self._transport
-            if t is not None:
-                t.finish(deadline, self._outbox, self._on_messages)
+            with self._cycle_lock:  # no batch written in place from here on (send_inline tries it)
+                with contextlib.suppress(Exception):
+                    self._cycle()
+                t = self._transport
+                if t is not None:
+                    t.finish(deadline, self._outbox, self._on_messages)
         finally:
             self._stopped.set()
 

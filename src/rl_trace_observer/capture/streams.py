@@ -19,8 +19,10 @@ atomically, in order with the lines, with ``"events": {"written", "dropped"}`` f
 is really on disk. ``stream.record_changed()`` asks for a rewrite; counts alone refresh it at most
 every ``record_interval_s``.
 
-How (see docs/capture.md): ``append`` is a deque append — the only thing a training thread ever
-does; a pump thread (:mod:`.pump`) moves batches through a non-blocking pipe to a drain process
+How (see docs/capture.md): ``append`` is a deque append — all a training thread does, but for a
+busy stream's batches of ``pump.INLINE_LINES``, which it writes to the pipe itself (non-blocking; at
+most once per pump period it also waits ≤ 1 ms for the pump's cycle, lending it the GIL); a pump
+thread (:mod:`.pump`) moves the other batches through a non-blocking pipe to a drain process
 (:mod:`.drain`) that holds a bounded buffer and does every file operation. At exit the process
 waits at most ``RL_TRACE_EXIT_WAIT_S`` for the drain, then leaves it to finish on its own.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -39,10 +42,14 @@ from ..common.encoding import dumps_line
 from .pump import Channel
 
 MAX_PENDING = 1 << 18  # lines waiting for the pump in one stream; beyond, a starved pump drops
+OFFER_LINES = 128  # every this many waiting lines, the appending thread offers them (see append)
 MAX_HEADERS = 1 << 16  # header lines kept in process for a restarted drain
 DEFAULT_FLUSH_S = 5.0
 
 Problem = Callable[[str, str], None]  # (kind, message): the owner's warn-once
+
+
+_monotonic = time.monotonic
 
 
 def _noop() -> None:
@@ -70,6 +77,7 @@ class Stream:
         self.buf: deque[bytes] = deque()
         self._notify = channel.notify
         self._channel = channel
+        self.inline_until = 0.0  # while monotonic() is below, a new batch wakes no pump (see append)
         # pump-side bookkeeping (only the pump thread writes these)
         self.emitted = 0
         self.sent_emitted = 0
@@ -93,14 +101,22 @@ class Stream:
 
     # ------------------------------------------------------------- training threads
     def append(self, line: bytes) -> None:
-        """Hand over one whole line (ending in ``\\n``). A deque append; never blocks."""
+        """Hand over one whole line (ending in ``\\n``). A deque append; never blocks.
+
+        The first line of a batch wakes the pump, unless this stream wrote a batch itself within
+        the pump's idle period; every ``OFFER_LINES``-th line waiting offers the batch to
+        :meth:`Channel.send_inline` (a non-blocking pipe write from this thread once
+        ``pump.INLINE_LINES`` wait, or nothing)."""
         buf = self.buf
         buf.append(line)
         n = len(buf)
         if n == 1:
-            self._notify()
+            if self.inline_until < _monotonic():
+                self._notify()
         elif n > MAX_PENDING:
             self._drop_newest()
+        elif not n % OFFER_LINES:
+            self._channel.send_inline(self)
 
     write_line = append
 
@@ -184,6 +200,7 @@ class Stream:
     def closed_by_pump(self) -> None:
         """The writer was told to close this stream; a later append or record reopens it."""
         self.resume = True
+        self.inline_until = 0.0  # its next line must reach _reopen, however recently it was busy
         self._notify = self._reopen
 
     def _reopen(self) -> None:
