@@ -10,33 +10,28 @@ then dropped and counted (they still count as handed over, so the writer reports
 The drain is started lazily by this thread (fork+exec of ``sys.executable -m
 rl_trace_observer.capture.drain``: never a bare fork of the training process). If it dies, the next
 cycle starts another (at most :data:`MAX_SPAWNS` in all) that resumes the same files; if none can be
-started, the writer runs as a thread of this process instead (:class:`_Local`) — then, and only
+started, the writer runs as a thread of this process instead (:class:`.drain_link.Local`) — then, and only
 then, a hung disk can hold up this process's exit.
 
-Everything that touches a pipe runs on this thread, with SIGPIPE blocked in it: a process that
-restored SIGPIPE's default action is not killed by a drain that died.
+Everything that touches a pipe runs on this thread, with SIGPIPE blocked in it (a process that
+restored SIGPIPE's default action is not killed by a drain that died) — but for a busy stream's
+batches, which the thread that filled them writes while SIGPIPE is ignored (:meth:`Channel.send_inline`).
+The two ends (a drain process, or the writer as a thread) are in :mod:`.drain_link`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import logging
 import os
-import select
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
-from ..common.encoding import loads
 from . import frames
-from .ending import detached_command
-from .sink import Sink
+from .drain_link import Local, Pipe
 
 _getsignal = signal.getsignal
 Stream = Any  # a streams.Stream (that module imports this one, so not imported back)
@@ -50,162 +45,8 @@ INLINE_LINES = 512  # a busy stream's batch this long is written by the thread t
 LEND_S = 0.001  # the most one _lend waits for the pump's cycle
 LEND_MAX_S = 0.005  # the most all _lends wait per pump period (a stuck pump costs this, once)
 NEVER = float("inf")
-PIPE_BYTES = 1 << 20  # asked for (Linux caps it at /proc/sys/fs/pipe-max-size, 1 MiB by default)
 MAX_SPAWNS = 4  # the first drain and up to three replacements
 RESPAWN_AFTER_S = 1.0
-DRAIN_MODULE = "rl_trace_observer.capture.drain"
-
-
-class _Pipe:
-    """The drain process at the other end of two pipes (frames out, messages back)."""
-
-    def __init__(self, buffer_bytes: int) -> None:
-        if not sys.executable:
-            raise OSError("sys.executable is empty (embedded interpreter)")
-        r, w = os.pipe()
-        mr, mw = os.pipe()
-        try:
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            launcher = subprocess.Popen(
-                _launch_command(buffer_bytes),
-                stdin=r,
-                stdout=mw,
-                stderr=subprocess.DEVNULL,
-                close_fds=True,
-                start_new_session=True,  # out of the training process's group and session
-                cwd="/",
-            )
-        except BaseException:
-            for fd in (w, mr):
-                os.close(fd)
-            raise
-        finally:
-            os.close(r)
-            os.close(mw)
-        for fd in (w, mr):
-            os.set_blocking(fd, False)
-        self.w: int | None = w
-        self.mr: int | None = mr
-        self.pid: int | None = None  # the drain's, from its hello (the launcher exits at once)
-        self._out = frames.PipeOut(w)
-        self._tail = b""
-        self._launcher: subprocess.Popen[bytes] | None = launcher  # reaped without waiting for it
-
-    def send(self, outbox: frames.Outbox) -> bool:
-        """Write what the pipe takes; False when the drain is gone."""
-        if self.w is None:
-            return False
-        try:
-            self._out.write(outbox)
-        except OSError:  # EPIPE: the drain exited
-            return False
-        return True
-
-    def messages(self) -> tuple[list[dict[str, Any]], bool]:
-        """Messages that arrived, and whether the drain has closed its end (exited)."""
-        out: list[dict[str, Any]] = []
-        if self._launcher is not None and self._launcher.poll() is not None:
-            self._launcher = None
-        if self.mr is None:
-            return out, True
-        eof = False
-        while True:
-            try:
-                chunk = os.read(self.mr, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                eof = True
-                break
-            if not chunk:
-                eof = True
-                break
-            self._tail += chunk
-        if self._tail:
-            *lines, self._tail = self._tail.split(b"\n")
-            for line in lines:
-                with contextlib.suppress(ValueError):
-                    out.append(loads(line))
-        return out, eof
-
-    def finish(self, deadline: float, outbox: frames.Outbox, on_messages: Any) -> None:
-        """Exit: hand over the outbox, close our end, let the drain settle — until ``deadline``."""
-        while outbox and self.w is not None and time.monotonic() < deadline:
-            if not self.send(outbox):
-                break
-            if outbox:
-                _poll(self.w, select.POLLOUT, deadline)
-        self.close_write()
-        while self.mr is not None and time.monotonic() < deadline:
-            _poll(self.mr, select.POLLIN, deadline)
-            msgs, eof = self.messages()
-            on_messages(msgs)
-            if eof:
-                break
-        self.close()
-
-    def close_write(self) -> None:
-        if self.w is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.w)
-            self.w = None
-
-    def close(self) -> None:
-        self.close_write()
-        if self.mr is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.mr)
-            self.mr = None
-
-
-def _launch_command(buffer_bytes: int) -> list[str]:
-    """The drain's command line. Through ``sh``, which starts it in the background and exits at
-    once: within a millisecond the drain is nobody's direct child (Ray kills a worker's direct
-    children when the worker exits, and a Python launcher would take its start-up time to detach).
-    A background job's stdin is /dev/null, before its own redirections: the pipe goes through fd 3."""
-    drain = [sys.executable, "-m", DRAIN_MODULE, "--buffer-bytes", str(buffer_bytes)]
-    command = detached_command(drain)
-    return command if command is not drain else [*drain, "--detach"]  # no shell: it forks itself
-
-
-class _Local:
-    """The writer as a thread of this process: the fallback when no drain process can run."""
-
-    pid = None
-
-    def __init__(self, buffer_bytes: int) -> None:
-        self._inbox: deque[dict[str, Any]] = deque()
-        self._parser = frames.Parser()
-        self.sink = Sink(buffer_bytes, self._inbox.append)
-        self.sink.start()
-
-    def send(self, outbox: frames.Outbox) -> bool:
-        self.sink.put(self._parser.feed(outbox.take_all()))
-        return True
-
-    def messages(self) -> tuple[list[dict[str, Any]], bool]:
-        out = []
-        while self._inbox:
-            out.append(self._inbox.popleft())
-        return out, False
-
-    def finish(self, deadline: float, outbox: frames.Outbox, on_messages: Any) -> None:
-        self.send(outbox)
-        self.sink.finish()
-        if self.sink.thread is not None:
-            self.sink.thread.join(max(0.0, deadline - time.monotonic()))
-        on_messages(self.messages()[0])
-
-    def close(self) -> None:
-        self.sink.finish()
-
-
-def _poll(fd: int, event: int, deadline: float) -> None:
-    p = select.poll()
-    p.register(fd, event)
-    with contextlib.suppress(InterruptedError):
-        p.poll(max(0.0, min(deadline - time.monotonic(), 0.05)) * 1000)
 
 
 class Channel:
@@ -228,7 +69,7 @@ class Channel:
         self._wake = threading.Event()
         self.awake = False
         self._outbox = frames.Outbox()
-        self._transport: _Pipe | _Local | None = None
+        self._transport: Pipe | Local | None = None
         self._spawns = 0
         self._spawn_at = 0.0
         self._thread: threading.Thread | None = None
@@ -280,7 +121,7 @@ class Channel:
         t = self._transport
         if (
             len(s.buf) < INLINE_LINES
-            or type(t) is not _Pipe
+            or type(t) is not Pipe
             or self._outbox
             or not s.announced
             or s.closing
@@ -355,7 +196,7 @@ class Channel:
         """After fork, in the child: the parent's pipes and pump are not ours; drop quietly."""
         self._dead = True
         t = self._transport
-        if isinstance(t, _Pipe):
+        if isinstance(t, Pipe):
             t.close()
         self._transport = None
         for s in self.streams.values():
@@ -461,7 +302,7 @@ class Channel:
             s.closed_by_pump()
         return room
 
-    def _connect(self) -> _Pipe | _Local | None:
+    def _connect(self) -> Pipe | Local | None:
         now = time.monotonic()
         if now < self._spawn_at and self._stop_deadline is None:
             return None
@@ -469,14 +310,14 @@ class Channel:
         try:
             if self._spawns > MAX_SPAWNS:
                 raise OSError(f"the drain process exited {MAX_SPAWNS} times")
-            t: _Pipe | _Local = _Pipe(self.buffer_bytes)
+            t: Pipe | Local = Pipe(self.buffer_bytes)
         except Exception as exc:
             self.warn_once(
                 "local_writer",
                 f"cannot run the drain process ({exc}); writing from a thread of this process "
                 "instead: a hung output disk can then delay this process's exit",
             )
-            t = _Local(self.buffer_bytes)
+            t = Local(self.buffer_bytes)
         self._transport = t
         self._outbox.clear()
         for s in list(self.streams.values()):
@@ -486,7 +327,7 @@ class Channel:
         self._sync_sent = min(self._sync_sent, self._synced)
         return t
 
-    def _lost(self, t: _Pipe | _Local) -> None:
+    def _lost(self, t: Pipe | Local) -> None:
         """The drain died: what it had not written is gone (and reported dropped by the next one)."""
         t.close()
         self._transport = None
@@ -499,7 +340,7 @@ class Channel:
             "yet are counted as dropped)",
         )
 
-    def _take_messages(self, t: _Pipe | _Local | None) -> None:
+    def _take_messages(self, t: Pipe | Local | None) -> None:
         if t is None:
             return
         msgs, eof = t.messages()
