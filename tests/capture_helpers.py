@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from .conftest import clean_env, run_python
 
 
 def process_gone(pid: int) -> bool:
@@ -25,3 +28,8 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll_s)
+
+
+def traced(code: str, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that captures into ``out`` (and any ``env`` besides)."""
+    return run_python(code, clean_env(RL_TRACE_OUTPUT_DIR=str(out), **env))

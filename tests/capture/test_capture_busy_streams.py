@@ -17,7 +17,7 @@ from rl_trace_observer.capture import pump, streams
 from rl_trace_observer.capture.pump import INLINE_LINES
 from rl_trace_observer.capture.streams import OFFER_LINES, Stream
 
-from ..conftest import clean_env, run_python
+from ..capture_helpers import traced
 from ..trace_files import event_logs, process_records, spans
 
 
@@ -152,10 +152,6 @@ def test_lend_gives_up_after_lend_s_and_after_lend_max_s_per_period(
 
 
 # ------------------------------------------------------------------ real processes and drains
-def _traced(code: str, out: Path) -> Any:
-    return run_python(code, clean_env(RL_TRACE_OUTPUT_DIR=str(out)))
-
-
 def test_threads_writing_their_own_batches_lose_repeat_and_reorder_nothing(out_dir: Path) -> None:
     code = """
         import threading
@@ -183,7 +179,7 @@ def test_threads_writing_their_own_batches_lose_repeat_and_reorder_nothing(out_d
         assert rec.flush(10)
         print(rec.events.inline_until > 0, rec.events.written, rec.events.dropped)
     """
-    proc = _traced(code, out_dir)
+    proc = traced(code, out_dir)
     inline, written, dropped = proc.stdout.split()
     assert inline == "True"  # the busy stream was written by its threads, not only by the pump
     (events,) = event_logs(out_dir).values()
@@ -217,7 +213,7 @@ def test_the_tail_of_a_burst_reaches_the_file_without_a_flush(out_dir: Path) -> 
             time.sleep(0.01)
         import os; os._exit(0)  # no exit hook: what is on disk came during the run
     """
-    assert _traced(code, out_dir).stdout.split() == ["all"]
+    assert traced(code, out_dir).stdout.split() == ["all"]
 
 
 def test_with_sigpipe_at_its_default_only_the_pump_writes(out_dir: Path) -> None:
@@ -233,7 +229,7 @@ def test_with_sigpipe_at_its_default_only_the_pump_writes(out_dir: Path) -> None
         assert rec.flush(10)
         print(rec.events.inline_until, rec.events.written)
     """
-    inline_until, written = _traced(code, out_dir).stdout.split()
+    inline_until, written = traced(code, out_dir).stdout.split()
     assert float(inline_until) == 0.0 and int(written) == 2002
     (events,) = event_logs(out_dir).values()
     assert [e["ts_ns"] for e in spans(events)] == list(range(-1, 2000))
@@ -258,7 +254,7 @@ def test_a_drain_killed_while_a_thread_writes_its_own_batches(out_dir: Path) -> 
         print(first, rec.events._channel.drain_pid, rec.events.written, rec.events.dropped)
         print(rec.events.inline_until > 0)
     """
-    proc = _traced(code, out_dir)
+    proc = traced(code, out_dir)
     counts, inline = proc.stdout.splitlines()
     assert inline == "True"  # the burst around the kill went by this thread's own writes
     first, second, written, dropped = map(int, counts.split())

@@ -21,8 +21,8 @@ from rl_trace_observer.capture import frames
 from rl_trace_observer.capture.line_file import LineFile
 from rl_trace_observer.capture.sink import Sink
 
-from ..capture_helpers import process_gone, wait_until
-from ..conftest import clean_env, run_python
+from ..capture_helpers import process_gone, traced, wait_until
+from ..conftest import clean_env
 from ..trace_files import event_logs, process_records, spans
 
 
@@ -231,10 +231,6 @@ def test_disk_full_then_space_again_on_a_real_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the drain process itself
-def _traced(code: str, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return run_python(code, clean_env(RL_TRACE_OUTPUT_DIR=str(out), **env))
-
-
 def test_a_killed_drain_is_replaced_and_resumes_the_same_file(out_dir: Path) -> None:
     code = """
         import logging, os, signal, sys, time
@@ -256,7 +252,7 @@ def test_a_killed_drain_is_replaced_and_resumes_the_same_file(out_dir: Path) -> 
         assert rec.flush(10)
         print(first, rec.events._channel.drain_pid, rec.events.written, rec.events.dropped)
     """
-    proc = _traced(code, out_dir)
+    proc = traced(code, out_dir)
     resumed, last = (list(map(int, line.split())) for line in proc.stdout.splitlines())
     assert resumed == [101, 0]
     first, second, written, dropped = last
@@ -283,7 +279,7 @@ def test_without_a_drain_process_a_writer_thread_takes_over(out_dir: Path) -> No
         assert rec.flush()
         print(rec.events.written)
     """
-    proc = _traced(code, out_dir)
+    proc = traced(code, out_dir)
     assert proc.stdout.split() == ["51"]
     assert len(spans(next(iter(event_logs(out_dir).values())))) == 50
     warnings = [line for line in proc.stderr.splitlines() if "rl-trace-observer" in line]
@@ -333,7 +329,7 @@ def test_the_drain_is_detached_and_leaves_no_process_behind(out_dir: Path) -> No
             fields = f.read().rsplit(")", 1)[1].split()
         print(drain, fields[1], os.getpid(), fields[2], os.getsid(0), fields[3])
     """
-    drain, ppid, me, pgrp, my_sid, sid = map(int, _traced(code, out_dir).stdout.split())
+    drain, ppid, me, pgrp, my_sid, sid = map(int, traced(code, out_dir).stdout.split())
     assert ppid != me, "not the training process's direct child (Ray kills those at worker exit)"
     assert sid != my_sid and pgrp == sid, "its own session and process group"
     assert wait_until(lambda: process_gone(drain), 10), "and it ends once its process has exited"

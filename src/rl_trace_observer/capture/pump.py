@@ -107,7 +107,7 @@ class Channel:
         it — the release is over before the pump runs, and each release restarts the interpreter's
         5 ms switch timer. The pump then waits for tens of ms, and every release costs both threads
         a futex and a context switch: in a request-serving loop that cost more CPU than the request
-        hooks. So a busy stream is written by the thread that fills it, in batches, never waiting:
+        hooks. So a busy stream is written by the thread that fills it, in batches, never waiting on I/O:
         the pipe is non-blocking and the lock only tried. Anything not simple (no drain yet, a
         backlog, a header or close pending, SIGPIPE not ignored) stays with the pump. For ``IDLE_S``
         after, a new batch wakes no pump; its periodic cycle takes the tail of a burst, and that

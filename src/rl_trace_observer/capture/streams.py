@@ -8,7 +8,7 @@ e.g. metric samples):
     from rl_trace_observer.capture.streams import open_stream
 
     stream = open_stream(output_dir / "my-samples-host-pid-7.jsonl")
-    stream.append(b'{"t": 1, "v": 2.5}\\n')    # one whole line; never blocks, never raises
+    stream.append(b'{"t": 1, "v": 2.5}\\n')    # one whole line; never waits on I/O, never raises
     stream.append_header(b'{"ph": "M"}\\n')    # also repeated at the top of any later new file
     stream.flush(5.0)                          # tests, tools: wait until it is on disk (or False)
     stream.written, stream.dropped             # as the writer last said (every ~0.5 s, no flush needed)
@@ -78,7 +78,7 @@ class Stream:
         self._notify = channel.notify
         self._channel = channel
         self.inline_until = 0.0  # while monotonic() is below, a new batch wakes no pump (see append)
-        # pump-side bookkeeping (only the pump thread writes these)
+        # pump-side bookkeeping (written under the channel's cycle lock: the pump, or send_inline)
         self.emitted = 0
         self.sent_emitted = 0
         self.dropped_here = 0
@@ -101,12 +101,12 @@ class Stream:
 
     # ------------------------------------------------------------- training threads
     def append(self, line: bytes) -> None:
-        """Hand over one whole line (ending in ``\\n``). A deque append; never blocks.
+        """Hand over one whole line (ending in ``\\n``). A deque append; never waits on I/O.
 
         The first line of a batch wakes the pump, unless this stream wrote a batch itself within
         the pump's idle period; every ``OFFER_LINES``-th line waiting offers the batch to
         :meth:`Channel.send_inline` (a non-blocking pipe write from this thread once
-        ``pump.INLINE_LINES`` wait, or nothing)."""
+        ``pump.INLINE_LINES`` wait; ≤ 1 ms of waiting if the pump wants the GIL lent)."""
         buf = self.buf
         buf.append(line)
         n = len(buf)
