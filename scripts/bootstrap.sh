@@ -106,7 +106,7 @@ fi
 # above; rebuild when its source changed, since a twin built from another source is ignored (common/twins.py).
 native_stamp=.venv/.rl-trace-native
 native_want=$(cat setup.py src/rl_trace_observer/common/twin_sources.py $(find src -name '*.pyx' | sort) \
-  src/rl_trace_observer/merge/transform/fastpath.py | sha256sum | cut -d' ' -f1)
+  | sha256sum | cut -d' ' -f1)
 if [ -e .venv/.rl-trace-native-fresh ]; then
   rm .venv/.rl-trace-native-fresh
   echo "$native_want" > "$native_stamp"

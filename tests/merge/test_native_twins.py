@@ -286,45 +286,59 @@ def test_compiled_counter_encoder_writes_the_python_bytes(
 
 
 # ------------------------------------------------------------------------- the fused per-event loop
-_TS = st.one_of(
+_NEAR_TS = st.one_of(
     st.integers(0, 5_000_000),  # µs as ints, as Kineto writes them
     st.floats(0, 5_000_000, allow_nan=False).map(lambda f: round(f, 3)),  # µs with 3 decimals
+)
+_TS = st.one_of(
+    _NEAR_TS,
     st.sampled_from([-(10**12), 93 * 86_400 * 10**6, 2**60, 1e300]),  # far, absurd: the exact route
 )
-_FUSED_EVENT = st.fixed_dictionaries(
-    {
-        "ph": st.sampled_from(["X", "X", "X", "i", "s", "t", "f", "B", "E", "C", "M", "b", "e", "?"]),
-        "name": st.sampled_from(["a", "b", "launch", "scope_link"]),
-        "cat": st.sampled_from(["c", "flow", "ac2g"]),
-        "pid": st.sampled_from([7, 8, "GPU 0"]),
-        "tid": st.integers(1, 3),
-        "ts": _TS,
-    },
-    optional={
-        "dur": st.one_of(st.integers(0, 10_000), st.floats(0, 10_000, allow_nan=False), st.just(2**55)),
-        "id": st.integers(1, 4),
-        "bp": st.just("e"),
-        "s": st.sampled_from(["g", "t"]),
-        "bind_id": st.integers(1, 3),
-        "flow_out": st.just(True),
-        "args": st.just({"k": 1}),
-    },
-)
+_DUR = st.one_of(st.integers(0, 10_000), st.floats(0, 10_000, allow_nan=False))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    files=st.lists(st.lists(_FUSED_EVENT, max_size=40), min_size=1, max_size=2),
-    spans=st.lists(st.tuples(st.integers(0, 10**12), st.integers(0, 10**9)), max_size=8),
-)
-def test_compiled_fused_loop_merges_to_the_python_bytes(
+def _fused_event(ts: st.SearchStrategy[Any], dur: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries(
+        {
+            "ph": st.sampled_from(["X", "X", "X", "i", "s", "t", "f", "B", "E", "C", "M", "b", "e", "?"]),
+            "name": st.sampled_from(["a", "b", "launch", "scope_link"]),
+            "cat": st.sampled_from(["c", "flow", "ac2g"]),
+            "pid": st.sampled_from([7, 8, "GPU 0"]),
+            "tid": st.integers(1, 3),
+            "ts": ts,
+        },
+        optional={
+            "dur": dur,
+            "id": st.integers(1, 4),
+            "bp": st.just("e"),
+            "s": st.sampled_from(["g", "t"]),
+            "bind_id": st.integers(1, 3),
+            "flow_out": st.just(True),
+            "args": st.just({"k": 1}),
+        },
+    )
+
+
+def _ev(ph: str, ts: Any, **fields: Any) -> dict[str, Any]:
+    return {"ph": ph, "name": "launch", "cat": "ac2g", "pid": 7, "ts": ts, **fields}
+
+
+def _fused_both(
     files: list[list[dict[str, Any]]], spans: list[tuple[int, int]]
-) -> None:
-    """The fused loop's twin (``transform/fastpath.py`` compiled) on random Chrome-trace events: both
-    time routes (µs with 3 decimals, ints, far and absurd values), every phase, flows with reused ids,
-    global instants, lanes in start order, exit order and neither, plus an ns source (RL-Insight
-    spans): every output format byte for byte as the Python loop writes it."""
+) -> tuple[dict[Any, Any], int]:
+    """Merge the files (Torch traces) and an RL-Insight log of ``spans`` with the twin and without, to
+    every format; also how many µs files the twin handed to the Python loop."""
+    from rl_trace_observer.merge.transform import fastpath
+
     base = 1_790_857_026_000_000_000
+    handed = 0
+    python_loop = fastpath.to_output
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal handed
+        handed += not kwargs["source_ns"]
+        return python_loop(*args, **kwargs)
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "in"
         folder.mkdir()
@@ -342,12 +356,54 @@ def test_compiled_fused_loop_merges_to_the_python_bytes(
             with _native(on):
                 for fmt in FORMATS:
                     path = Path(tmp) / f"{on}.{fmt}"
-                    res = merge([str(folder)], str(path), MergeOptions(workers=0))
+                    fastpath.to_output = counted if on else python_loop
+                    try:
+                        res = merge([str(folder)], str(path), MergeOptions(workers=0))
+                    finally:
+                        fastpath.to_output = python_loop
                     got[on, fmt] = (
                         res.exit_code,
                         path.read_bytes() if path.exists() else None,
                         json.dumps(res.manifest["counts"], sort_keys=True),
+                        json.dumps([a["events"] for a in res.manifest["artifacts"]], sort_keys=True),
                     )
+    return got, handed
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    files=st.lists(
+        st.lists(_fused_event(_TS, st.one_of(_DUR, st.just(2**55))), max_size=40), min_size=1, max_size=2
+    ),
+    spans=st.lists(st.tuples(st.integers(0, 10**12), st.integers(0, 10**9)), max_size=8),
+)
+def test_compiled_fused_loop_merges_to_the_python_bytes(
+    files: list[list[dict[str, Any]]], spans: list[tuple[int, int]]
+) -> None:
+    """The fused loop's twin (``transform/_fastpath_native.pyx``) on random Chrome-trace events: both
+    time routes (µs with 3 decimals, ints, far and absurd values: the twin hands those files to the
+    Python loop), every phase, flows with reused ids, global instants, lanes in start order, exit order
+    and neither, plus an ns source (RL-Insight spans): every output format byte for byte as the Python
+    loop writes it."""
+    got, _ = _fused_both(files, spans)
+    for fmt in FORMATS:
+        assert got[True, fmt] == got[False, fmt], fmt
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(files=[[{"ph": "X", "name": "a", "cat": "c", "pid": 7, "tid": 1, "ts": 5, "dur": 2},
+                 {"ph": "X", "name": "b", "cat": "c", "pid": 7, "tid": 1, "ts": 4, "dur": 9},
+                 {"ph": "X", "name": "a", "cat": "c", "pid": 7, "tid": 1, "ts": 6, "dur": 1}]])  # fmt: skip
+# a flow with two ends (fanned out in a .pftrace); a flow start read before a slice at its very time
+@example(files=[[_ev("X", 0, tid=1, dur=100), _ev("s", 10, tid=1, id=1), _ev("X", 0, tid=2, dur=100),
+                 _ev("f", 20, tid=2, id=1, bp="e"), _ev("f", 30, tid=2, id=1, bp="e")]])  # fmt: skip
+@example(files=[[_ev("s", 5, tid=1, id=1), _ev("X", 5, tid=1, dur=10), _ev("f", 7, tid=1, id=1, bp="e")]])
+@given(files=st.lists(st.lists(_fused_event(_NEAR_TS, _DUR), max_size=60), min_size=1, max_size=2))
+def test_compiled_fused_loop_takes_ordinary_files_itself(files: list[list[dict[str, Any]]]) -> None:
+    """Times near the base, as every real trace has them: the twin's typed route takes each file
+    itself (none handed to the Python loop), and writes the Python loop's bytes."""
+    got, handed = _fused_both(files, [])
+    assert handed == 0
     for fmt in FORMATS:
         assert got[True, fmt] == got[False, fmt], fmt
 

@@ -9,8 +9,8 @@ TWINS: dict[str, str] = {
     "rl_trace_observer.merge.output._pftrace_native": "merge/output/_pftrace_native.pyx",
     "rl_trace_observer.merge.output._chrome_json_native": "merge/output/_chrome_json_native.pyx",
     "rl_trace_observer.analysis.gpu._gpu_native": "analysis/gpu/_gpu_native.pyx",
-    # the fused per-event loop, compiled from its own Python source (setup.py: _python_twin)
-    "rl_trace_observer.merge.transform._fastpath_native": "merge/transform/fastpath.py",
+    # the fused per-event loop (merge/transform/fastpath.py), typed
+    "rl_trace_observer.merge.transform._fastpath_native": "merge/transform/_fastpath_native.pyx",
 }
 
 # the C macro setup.py defines to the source's sha256 (each .pyx exposes it as SOURCE_SHA256)

@@ -4,7 +4,8 @@ The fused loop (:mod:`..transform.fastpath`) does every pass in one loop and lea
 output's units, relative to the job's base (µs for Chrome JSON, ns for protobuf); the listed passes
 (:func:`..transform.passes.run_passes`) leave absolute ns. Which one ran is ``FileJob.fast``.
 The fused loop runs compiled where its twin is built from the source beside it
-(``transform._fastpath_native``: the same module, compiled; ``RL_TRACE_NATIVE=0`` runs the Python).
+(``transform/_fastpath_native.pyx``: the same loop on C doubles and an event's slots, which hands a file
+it cannot take exactly to the Python; ``RL_TRACE_NATIVE=0`` runs the Python).
 """
 
 from __future__ import annotations
