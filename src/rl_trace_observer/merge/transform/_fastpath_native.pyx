@@ -125,47 +125,44 @@ cdef inline bint fid_chained(object e):
     return _get(e, O_ID) is not _UNSET and not (_get(e, O_CAT) == _SCOPE_CAT and _get(e, O_NAME) == _SCOPE_NAME)
 
 
+cdef struct _Stack:
+    double* v
+    Py_ssize_t n, cap
+
+
+cdef int _push(_Stack* s, double x) except -1:
+    cdef double* grown
+    if s.n == s.cap:
+        grown = <double*>realloc(s.v, (s.cap * 2 + 16) * sizeof(double))
+        if grown == NULL:
+            raise MemoryError()
+        s.v, s.cap = grown, s.cap * 2 + 16
+    s.v[s.n] = x
+    s.n += 1
+    return 0
+
+
 cdef class _Lane:
     """A merged thread's nesting state, ``fastpath``'s ``[mode, y, dur, end, stack, stack, first]``."""
 
     cdef int mode
     cdef double y, dn, end, first
-    cdef double* s1
-    cdef double* s2
-    cdef Py_ssize_t n1, n2, cap1, cap2
+    cdef _Stack s1, s2
 
     def __cinit__(self, int mode, double exact):
         self.mode, self.y, self.dn, self.end, self.first = mode, 0.0, 0.0, -exact, exact
-        self.n1 = self.n2 = self.cap1 = self.cap2 = 0
-        self.s1 = self.s2 = NULL
+        self.s1.v = self.s2.v = NULL
+        self.s1.n = self.s1.cap = self.s2.n = self.s2.cap = 0
 
     def __dealloc__(self):
-        free(self.s1)
-        free(self.s2)
+        free(self.s1.v)
+        free(self.s2.v)
 
     cdef int push1(self, double v) except -1:
-        cdef double* grown
-        if self.n1 == self.cap1:
-            self.cap1 = self.cap1 * 2 + 16
-            grown = <double*>realloc(self.s1, self.cap1 * sizeof(double))
-            if grown == NULL:
-                raise MemoryError()
-            self.s1 = grown
-        self.s1[self.n1] = v
-        self.n1 += 1
-        return 0
+        return _push(&self.s1, v)
 
     cdef int push2(self, double v) except -1:
-        cdef double* grown
-        if self.n2 == self.cap2:
-            self.cap2 = self.cap2 * 2 + 16
-            grown = <double*>realloc(self.s2, self.cap2 * sizeof(double))
-            if grown == NULL:
-                raise MemoryError()
-            self.s2 = grown
-        self.s2[self.n2] = v
-        self.n2 += 1
-        return 0
+        return _push(&self.s2, v)
 
     cdef int nest_other(self, double y, double dn, double end) except -1:
         """``fastpath._nest_other`` for a lane's second slice (mode 4), which decides its order."""
@@ -174,9 +171,9 @@ cdef class _Lane:
             self.first = y
         if y > fy or (y == fy and dn <= fd):  # start order: replay the first slice, then this one
             self.push1(fe)
-            while self.n1 and self.s1[self.n1 - 1] <= y:
-                self.n1 -= 1
-            if self.n1 and end > self.s1[self.n1 - 1]:
+            while self.s1.n and self.s1.v[self.s1.n - 1] <= y:
+                self.s1.n -= 1
+            if self.s1.n and end > self.s1.v[self.s1.n - 1]:
                 self.mode = 3
             else:
                 self.push1(end)
@@ -188,16 +185,31 @@ cdef class _Lane:
         self.push1(fy)
         self.push2(fe)
         self.mode = 2
-        while self.n1 and self.s1[self.n1 - 1] >= y:
-            self.n1 -= 1
-            self.n2 -= 1
-        if self.n2 and self.s2[self.n2 - 1] > y:
+        while self.s1.n and self.s1.v[self.s1.n - 1] >= y:
+            self.s1.n -= 1
+            self.s2.n -= 1
+        if self.s2.n and self.s2.v[self.s2.n - 1] > y:
             self.mode = 3
             return 0
         self.push1(y)
         self.push2(end)
         self.end = end
         return 0
+
+
+cdef int _number(object v, double* out) except -1:
+    """A float, or an int a double holds, as Python's arithmetic would convert it; 1: anything else
+    (another type, an int too large: Python's route decides)."""
+    if type(v) is float:
+        out[0] = PyFloat_AS_DOUBLE(v)
+        return 0
+    if type(v) is int:
+        try:
+            out[0] = PyLong_AsDouble(v)
+        except OverflowError:
+            return 1
+        return 0
+    return 1
 
 
 cdef int _times(list events, double q, double rr, double scale, double lower, object hold,
@@ -223,17 +235,10 @@ cdef int _times(list events, double q, double rr, double scale, double lower, ob
                 kinds[i] = K_HOLD
                 continue
         ts = _get(e, O_TS)
-        if type(ts) is float:
-            t = PyFloat_AS_DOUBLE(ts)
-        elif type(ts) is int:
-            try:
-                t = PyLong_AsDouble(ts)
-            except OverflowError:
-                return 1  # too large for a double: Python's route counts it
-        elif ts is _UNSET:
+        if ts is _UNSET:
             kinds[i] = K_BAD  # ``UNSET + q``: Python's TypeError, counted
             continue
-        else:
+        if _number(ts, &t):
             return 1
         y = (t + q) * scale + rr - _ROUNDER
         if not (lower < y < _EXACT):
@@ -243,14 +248,7 @@ cdef int _times(list events, double q, double rr, double scale, double lower, ob
         if d is _UNSET:
             kinds[i] = K_TIME
             continue
-        if type(d) is float:
-            t = PyFloat_AS_DOUBLE(d)
-        elif type(d) is int:
-            try:
-                t = PyLong_AsDouble(d)
-            except OverflowError:
-                return 1
-        else:
+        if _number(d, &t):
             return 1
         dn = t * scale + _ROUNDER - _ROUNDER
         if not (0.0 <= dn < _FAST_DUR):
@@ -381,9 +379,9 @@ cdef object _loop(list events, object result, object mapper, object ctx, double 
                 end = y + dn
                 if lane.mode == 1:
                     if y > lane.y or (y == lane.y and dn <= lane.dn):
-                        while lane.n1 and lane.s1[lane.n1 - 1] <= y:
-                            lane.n1 -= 1
-                        if lane.n1 and end > lane.s1[lane.n1 - 1]:
+                        while lane.s1.n and lane.s1.v[lane.s1.n - 1] <= y:
+                            lane.s1.n -= 1
+                        if lane.s1.n and end > lane.s1.v[lane.s1.n - 1]:
                             lane.mode = 3
                             unsure.add((mpid, mtid))
                         else:
@@ -401,10 +399,10 @@ cdef object _loop(list events, object result, object mapper, object ctx, double 
                         lane.mode = 3
                         unsure.add((mpid, mtid))
                     else:
-                        while lane.n1 and lane.s1[lane.n1 - 1] >= y:
-                            lane.n1 -= 1
-                            lane.n2 -= 1
-                        if lane.n2 and lane.s2[lane.n2 - 1] > y:
+                        while lane.s1.n and lane.s1.v[lane.s1.n - 1] >= y:
+                            lane.s1.n -= 1
+                            lane.s2.n -= 1
+                        if lane.s2.n and lane.s2.v[lane.s2.n - 1] > y:
                             lane.mode = 3
                             unsure.add((mpid, mtid))
                         else:
