@@ -39,9 +39,9 @@ GOOD = 187  # events of the good Kineto trace beside every bad file
 NEST = "[" * 1200 + "]" * 1200  # args nested deeper than any recursive JSON decoder goes
 
 
-def _kineto(pid: int, n: int, extra: list[str] = ()) -> bytes:  # type: ignore[assignment]
+def _kineto(pid: int, n: int, extra: list[str] = (), first: list[str] = ()) -> bytes:  # type: ignore[assignment]
     events = kineto_cpu_events(pid, n)
-    body = ",".join([json.dumps(e) for e in events] + list(extra))
+    body = ",".join(list(first) + [json.dumps(e) for e in events] + list(extra))
     head = f'{{"schemaVersion":1,"deviceProperties":[],"baseTimeNanoseconds":{T0},'
     return (head + '"traceEvents":[' + body + "]}").encode()
 
@@ -60,6 +60,11 @@ BAD_EVENTS: dict[str, tuple[bytes, str]] = {
     "nan_ts_pid304.json": (_kineto(304, 50, [_op(304, ts="NaN")]), WHY_FIELDS),
     "text_ts_pid305.json": (_kineto(305, 50, [_op(305, ts='"abc"')]), WHY_FIELDS),
     "huge_pid_pid306.json": (_kineto(306, 50, [_op(306, pid_text="99999999999999999999999")]), WHY_BAD_PID),
+    # the file's first event, with neither pid nor tid (the fused loop once failed the whole file)
+    "no_ids_first_pid307.json": (
+        _kineto(307, 50, first=['{"ph":"X","cat":"cpu_op","name":"bad","ts":1500.0,"dur":5.0}']),
+        WHY_BAD_PID,
+    ),
 }
 
 

@@ -95,7 +95,10 @@ cdef double _FAST_DUR = float(_py._FAST_DUR)
 
 
 cdef inline object _get(object e, Py_ssize_t off):
-    return <object>rl_slot(<PyObject*>e, off)
+    cdef PyObject* v = rl_slot(<PyObject*>e, off)
+    if v == NULL:  # a deleted field: fails the file as Python's lookup would
+        raise AttributeError("an Event field was deleted")
+    return <object>v
 
 
 cdef inline void _put(object e, Py_ssize_t off, object v):
@@ -118,11 +121,6 @@ cdef tuple _close_chains(dict chains, long long links, long long unpaired, objec
             else:
                 unpaired += c
     return links, unpaired
-
-
-cdef inline bint fid_chained(object e):
-    """A v1 flow event with an id, not a scope link: one that reads its lane (``lane[6]``)."""
-    return _get(e, O_ID) is not _UNSET and not (_get(e, O_CAT) == _SCOPE_CAT and _get(e, O_NAME) == _SCOPE_NAME)
 
 
 cdef struct _Stack:
@@ -221,7 +219,7 @@ cdef int _times(list events, double q, double rr, double scale, double lower, ob
     cdef double t, y, dn
     for i in range(n):
         e = events[i]
-        if type(e) is not _EVENT or rl_slot(<PyObject*>e, O_PH) == NULL:
+        if type(e) is not _EVENT:
             return 1
         ph = _get(e, O_PH)
         if ph != "X":
@@ -304,7 +302,8 @@ cdef object _loop(list events, object result, object mapper, object ctx, double 
     cdef dict counts = {}, by_tid = {}, lanes = {}, chains = {}, chain = {}
     cdef set unsure = set()
     cdef object e, ph, pid, tid, fid, cat, name, found, mpid, mtid, m_pid, m_tid, key
-    cdef object last_pid = _UNSET, last_tid = _UNSET, prev_pid = _UNSET, prev_tid = _UNSET
+    cdef object last_pid = _py._NO_LANE, last_tid = _py._NO_LANE  # (fastpath: no lane yet)
+    cdef object prev_pid = _py._NO_LANE, prev_tid = _py._NO_LANE
     cdef object prev_mpid = _ZERO, prev_mtid = _ZERO
     cdef object lcat = _py._NO_CHAIN, lname = _py._NO_CHAIN
     cdef object global_pid = mapper.owner_merged
@@ -372,8 +371,6 @@ cdef object _loop(list events, object result, object mapper, object ctx, double 
                 _, mpid, mtid, lane = found
         _put(e, O_PID, mpid)
         _put(e, O_TID, mtid)
-        if lane is None and (is_x or ph == "B" or ((ph == "s" or ph == "t" or ph == "f") and fid_chained(e))):
-            raise IndexError("list index out of range")  # fastpath's empty first lane, indexed
         if is_x:
             if lane.mode != 3:  # nesting (.nesting has the rule): certify the lane as it streams
                 end = y + dn

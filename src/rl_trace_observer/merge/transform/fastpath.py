@@ -39,6 +39,7 @@ _ROUNDER = ROUNDER
 _FAST_DUR = 1 << 50  # durations below this round with _ROUNDER; above, with round()
 _OTHER_FLOWS = frozenset("ben")
 _NO_CHAIN = object()
+_NO_LANE = object()
 
 
 def to_output(
@@ -84,10 +85,11 @@ def to_output(
     counts: dict[str, int] = {}
     n_s = n_t = n_f = 0
     by_tid: dict[object, tuple[object, int, int, list[Any]]] = {}  # tid -> (pid, merged pid, tid, lane)
-    last_pid: object = unset
-    last_tid: object = unset
-    prev_pid: object = unset  # the lane before: sources often alternate between two
-    prev_tid: object = unset
+    # no lane yet: a value no event's pid or tid equals (an event without ids must still be resolved)
+    last_pid: object = _NO_LANE
+    last_tid: object = _NO_LANE
+    prev_pid: object = _NO_LANE  # the lane before: sources often alternate between two
+    prev_tid: object = _NO_LANE
     mpid = mtid = prev_mpid = prev_mtid = 0
     # nesting (see .nesting): per merged thread [mode, y, dur, end, stack, stack, first start]; mode 0
     # empty, 4 one slice, 1 slices in start order, 2 in exit order (VizTracer), 3 unsure: checked exactly
