@@ -446,3 +446,53 @@ def test_compiled_thread_order_is_pythons(
         twin = twins.twin(pftrace_fused.NATIVE_TWIN)
     assert twin is not None
     assert run(twin.order_thread) == run(pftrace_fused.order_thread)
+
+
+# ------------------------------------------------------------------- picking events from a whole file
+class _NotAnEvent:
+    """Any other object with the fields: asked by name."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class _Text(str):
+    """A string equal to a literal but not the literal object."""
+
+
+_PICKED = st.builds(
+    lambda ph, cat, ts, dur, args, ident, plain: (
+        _NotAnEvent(ph=ph, cat=cat, ts=ts, dur=dur, args=args, id=ident)
+        if plain
+        else Event(ph=ph, cat=cat, ts=ts, dur=dur, args=args, id=ident)
+    ),
+    st.sampled_from(["X", "M", "s", "f", "", _Text("X")]),  # equal to "X", not the same object
+    st.sampled_from([UNSET, "scope", "user_annotation", "", "x", _Text("scope")]),
+    st.sampled_from([UNSET, 0, 1.5]),
+    st.sampled_from([UNSET, 0, 2.5]),
+    st.sampled_from([UNSET, msgspec.Raw(b"{}")]),
+    st.sampled_from([UNSET, 3]),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(_PICKED, max_size=30),
+    ph=st.sampled_from(["X", "M", "s"]),
+    cats=st.sampled_from([None, ("scope",), {"user_annotation", "x"}, frozenset(), ("",)]),
+    need=st.lists(st.sampled_from(sorted(["ts", "dur", "args", "id"])), max_size=4, unique=True).map(tuple),
+)
+def test_compiled_pick_picks_pythons_events(
+    events: list[Any], ph: str, cats: Any, need: tuple[str, ...]
+) -> None:
+    """The scans over a whole file (metadata names, stage regions, kernel scopes, causality spans): the
+    twin picks exactly the events, in the order, that the Python comprehension picks, ``Event`` or
+    not."""
+    from rl_trace_observer.merge.timeline import select
+
+    with _native(True):
+        twin = twins.twin(select.TWIN)
+    assert twin is not None
+    got = twin.pick(events, ph, cats, need)
+    assert [id(e) for e in got] == [id(e) for e in select.pick_python(events, ph, cats, need)]

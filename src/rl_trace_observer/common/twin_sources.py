@@ -10,6 +10,7 @@ TWINS: dict[str, str] = {
     "rl_trace_observer.merge.output._chrome_json_native": "merge/output/_chrome_json_native.pyx",
     "rl_trace_observer.analysis.gpu._gpu_native": "analysis/gpu/_gpu_native.pyx",
     # the fused per-event loop (merge/transform/fastpath.py), typed
+    "rl_trace_observer.merge.timeline._select_native": "merge/timeline/_select_native.pyx",
     "rl_trace_observer.merge.transform._fastpath_native": "merge/transform/_fastpath_native.pyx",
 }
 

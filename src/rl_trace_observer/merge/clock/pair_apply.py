@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from msgspec import UNSET
-
 from ..timeline.model import Event, Problem, us_to_ns
+from ..timeline.select import pick
 from ..timeline.times import ROUNDER  # x + R - R rounds x to an integer
 from .pairs import PairAlignment
 
@@ -66,10 +65,7 @@ def as_span_dicts(
     :func:`.pair_events.stage_pairs` (e.g. ``{"user_annotation"}`` of a Torch trace, ``{"rl_insight"}``
     of an event log). Only those events are converted: a few per stage, not the whole file."""
     out = []
-    unset = UNSET
-    for e in [
-        e for e in events if e.cat in cats and e.ph == "X" and e.ts is not unset and e.dur is not unset
-    ]:
+    for e in pick(events, "X", cats, ("ts", "dur")):
         d: Any = e.dur
         dur = us_to_ns(d) if deferred else int(d)
         out.append(

@@ -23,10 +23,9 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from msgspec import UNSET
-
 from ...common.column_rows import ColumnRows, with_row_as_lists
 from ..timeline.model import Event, us_to_ns
+from ..timeline.select import pick
 
 SpanSummary = tuple[str, int, int, int, int]  # (name, start_ns, end_ns, merged pid, merged tid)
 
@@ -100,7 +99,7 @@ def stage_spans(
     ``None``: they are absolute integer ns. ``far``: the exact ns of the events whose µs double does
     not give them back (``fastpath.to_output``).
     """
-    picked = [e for e in events if (cat is None or e.cat == cat) and e.ph == "X" and e.dur is not UNSET]
+    picked = pick(events, "X", None if cat is None else (cat,), ("dur",))
     if len(picked) > MAX_SPANS:
         picked = heapq.nlargest(MAX_SPANS, picked, key=_duration)
     out: list[SpanSummary] = []  # made into columns at the end (a list for the few spans it has)

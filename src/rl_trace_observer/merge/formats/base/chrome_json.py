@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ...timeline.model import BAD_JSON, Event, Problem
+from ...timeline.select import pick
 from ...timeline.times import EARLIEST_NS, KNOWN_PHASES, MAX_TS_NS, to_ns
 from . import ReadContext, ReadResult
 from .json_split import split_document
@@ -267,7 +268,7 @@ def normalise(events: list[Event], anchor_ns: int, result: ReadResult) -> list[E
 def read_names(events: list[Event], result: ReadResult) -> None:
     """The metadata events' names into ``result``, wherever the file put them (a thread's or device's
     name decides its merged track), leaving every event where it is."""
-    for e in [e for e in events if e.ph == "M"]:
+    for e in pick(events, "M"):
         _metadata(e, result)
 
 

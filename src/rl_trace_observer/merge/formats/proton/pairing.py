@@ -21,6 +21,7 @@ from ...clock.pair_events import match_keyed
 from ...clock.pairs import PairAlignment, align_pairs
 from ...timeline.model import BAD_JSON, Event
 from ...timeline.scopes import SCOPE_FLOW_CAT, SCOPE_FLOW_NAME, scope_ids
+from ...timeline.select import pick
 from ..base import KERNELS, REPORT, ReadResult
 
 __all__ = ["RankLinks", "proton_scope_starts_of", "proton_scopes", "viz_scope_starts_of"]
@@ -105,10 +106,7 @@ def proton_scope_starts_of(
 def proton_scopes(events: Iterable[Event]) -> tuple[list[Event], list[int | None]]:
     """A Proton file's kernel scopes (``cat: "scope"`` slices with args and a time) and their
     ``args.scope_id`` s, decoded once: the scope link pass can take them as they are."""
-    unset = UNSET
-    scoped = [
-        e for e in events if e.cat == "scope" and e.ph == "X" and e.args is not unset and e.ts is not unset
-    ]
+    scoped = pick(events, "X", ("scope",), ("args", "ts"))
     return scoped, scope_ids(scoped)
 
 
