@@ -12,7 +12,10 @@ paths against each other — and it stays exact: with ``anchor + offset - base =
 2**43 µs, the sum within ``_EXACT_NS``), rounded half-to-even like ``round()`` by adding and
 subtracting ``_ROUNDER`` (1.5 * 2**52, with ``r`` folded into it: the sum has a spacing of exactly 1,
 so the FPU rounds for us, without a function call); ``y / 1000`` then prints with at most 3 decimals.
-Events outside that range take the exact integer route. Metadata events were read by the format
+Events outside that range take the exact integer route. The compiled twin
+(``_fastpath_native.pyx``) repeats this loop on C doubles and an event's slots, and hands this function
+every file it cannot take exactly: a change here is made there too (``tests/merge/test_native_twins.py``
+compares the two on random events). Metadata events were read by the format
 (wherever the file puts them: a thread's or device's name decides its merged track); here they are
 skipped.
 """
