@@ -20,7 +20,7 @@ holds it exactly as Python's float does.
 
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsDouble
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.ref cimport PyObject
 from libc.stdlib cimport free, malloc, realloc
 
 from msgspec import UNSET
@@ -260,29 +260,24 @@ def to_output(events, result, *, source_ns, shift_ns, mapper, ctx, unit_ns=1000,
               in_order=None, far=None, low_ns=-_py.MAX_TS_NS):
     """:func:`.fastpath.to_output`, typed (see the module's docstring)."""
     cdef Py_ssize_t n = len(events)
-    cdef unsigned char* kinds
-    cdef double* ys
-    cdef double* dns
-    cdef int declined
-    if source_ns or not isinstance(events, list) or not (unit_ns == 1000 or unit_ns == 1):
-        return _py.to_output(events, result, source_ns=source_ns, shift_ns=shift_ns, mapper=mapper,
-                             ctx=ctx, unit_ns=unit_ns, hold=hold, in_order=in_order, far=far,
-                             low_ns=low_ns)
-    q, rr, scale = _py._time_constants(shift_ns, False)
-    lower = max(-_EXACT, float(low_ns))
-    kinds = <unsigned char*>malloc(n + 1)
-    ys = <double*>malloc((n + 1) * sizeof(double))
-    dns = <double*>malloc((n + 1) * sizeof(double))
-    try:
-        if kinds == NULL or ys == NULL or dns == NULL:
-            raise MemoryError()
-        declined = _times(events, q, rr, scale, lower, hold, kinds, ys, dns)
-        if not declined:
-            return _loop(events, result, mapper, ctx, float(unit_ns), hold, in_order, kinds, ys, dns)
-    finally:
-        free(kinds)
-        free(ys)
-        free(dns)
+    cdef unsigned char* kinds = NULL
+    cdef double* ys = NULL
+    cdef double* dns = NULL
+    if not source_ns and isinstance(events, list) and (unit_ns == 1000 or unit_ns == 1):
+        q, rr, scale = _py._time_constants(shift_ns, False)
+        lower = max(-_EXACT, float(low_ns))
+        try:
+            kinds = <unsigned char*>malloc(n + 1)
+            ys = <double*>malloc((n + 1) * sizeof(double))
+            dns = <double*>malloc((n + 1) * sizeof(double))
+            if kinds == NULL or ys == NULL or dns == NULL:
+                raise MemoryError()
+            if not _times(events, q, rr, scale, lower, hold, kinds, ys, dns):
+                return _loop(events, result, mapper, ctx, float(unit_ns), hold, in_order, kinds, ys, dns)
+        finally:
+            free(kinds)
+            free(ys)
+            free(dns)
     return _py.to_output(events, result, source_ns=source_ns, shift_ns=shift_ns, mapper=mapper, ctx=ctx,
                          unit_ns=unit_ns, hold=hold, in_order=in_order, far=far, low_ns=low_ns)
 

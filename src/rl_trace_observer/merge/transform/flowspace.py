@@ -91,7 +91,9 @@ class FlowSpace:
             ctx.count("flows", self.linked)
             ctx.count("scope_links", self.linked)
         fanned = ctx.fanned
-        for states in [*chains.values(), self.binds]:  # passes._close, inlined: one per flow
+        # passes._close, inlined: one per flow. The typed loop (_fastpath_native._close_chains) counts
+        # its own chains by this same rule and passes none: a change here is made there too
+        for states in [*chains.values(), self.binds]:
             for st in states.values():
                 if st[1] and st[3] > 1:
                     links += st[3] - 1
