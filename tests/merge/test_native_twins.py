@@ -146,7 +146,8 @@ _ARGS = [
 # integers beyond 2**53 (the fast path hands over ints there)
 _BASES = [0, 2**14 - 3, 2**28 - 40, 2**42 - 40, 2**53 + 2, 2**63 - 10**6]
 _scalar = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False)
-_text = st.text(st.sampled_from(["a", "é", "\ud800", '"', "\\", "\n", " "]), max_size=4)
+# "u" after a backslash: a text whose escaped backslash is followed by a u holds b"\\u" too
+_text = st.text(st.sampled_from(["a", "u", "é", "\ud800", '"', "\\", "\n", " "]), max_size=4)
 _json = st.recursive(
     _scalar | st.integers(-(2**70), 2**70) | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),

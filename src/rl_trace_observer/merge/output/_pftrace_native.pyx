@@ -11,7 +11,7 @@ methods exactly where the Python method does, after nothing of ours is pending.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.list cimport PyList_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -19,6 +19,8 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLon
 from cpython.ref cimport PyObject
 from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memchr, memcpy
+
+cimport cython
 
 
 # The sha256 of this file, defined by setup.py at build time: common/twins.py ignores a twin whose
@@ -228,41 +230,97 @@ cdef bytes _slice_body(bytes nref, object cref, object aref, object a):
     return out
 
 
-cdef bytes _compact(const char* p, Py_ssize_t n):
-    """JSON text without whitespace outside strings: what ``msgspec.json.format(indent=-1)`` makes of
-    valid JSON (tests/test_native_twins.py holds the two equal)."""
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
-    cdef char* q = PyBytes_AS_STRING(out)
-    cdef Py_ssize_t i = 0, k = 0
-    cdef char c
-    cdef bint in_string = False
-    while i < n:
-        c = p[i]
-        if in_string:
-            q[k] = c
-            k += 1
-            if c == 92 and i + 1 < n:  # a backslash: the next byte is escaped
-                q[k] = p[i + 1]
-                k += 1
-                i += 2
-                continue
-            if c == 34:
-                in_string = False
-        elif c == 34:
-            in_string = True
-            q[k] = c
-            k += 1
-        elif c != 32 and c != 9 and c != 10 and c != 13:
-            q[k] = c
-            k += 1
-        i += 1
-    return out[:k] if k != n else out
+# JSON text without whitespace outside strings: what ``msgspec.json.format(indent=-1)`` makes of valid
+# JSON (tests/test_native_twins.py holds the two equal), in one walk that also tells whether the text
+# has a line break outside its strings (bit 1: else it is written as it is) and a ``\\u`` (bit 2: its
+# escapes may need the writer's care). Whitespace outside strings is skipped without a branch; a
+# backslash in a string takes the byte after it along (an escaped quote does not end the string).
+cdef extern from *:
+    """
+    static const unsigned char rl_json_keep[256] = {
+        [0 ... 255] = 1, [32] = 0, [9] = 0, [10] = 0, [13] = 0};  /* ' ' \\t \\n \\r go */
+    static PyObject* rl_compact_json(const char* p, Py_ssize_t n, int* flags) {
+        PyObject* out = PyBytes_FromStringAndSize(NULL, n);
+        if (out == NULL) return NULL;
+        char* q = PyBytes_AS_STRING(out);
+        const unsigned char* s = (const unsigned char*)p;
+        const unsigned char* end = s + n;
+        Py_ssize_t k = 0;
+        int f = 0;
+        while (s < end) {
+            unsigned char c = *s++;
+            q[k] = (char)c;
+            k += rl_json_keep[c];
+            if (c == 10) {
+                f |= 1;
+            } else if (c == 34) {  /* a string, through its closing quote */
+                while (s < end) {
+                    c = *s++;
+                    q[k++] = (char)c;
+                    if (c == 34) break;
+                    if (c == 92 && s < end) {  /* a backslash and the byte it escapes */
+                        c = *s++;
+                        q[k++] = (char)c;
+                        if (c == 117 || (c == 92 && s < end && *s == 117)) f |= 2;  /* \\u, \\\\u */
+                    }
+                }
+            } else if (c == 92 && s < end && *s == 117) {
+                f |= 2;  /* not JSON (a backslash outside a string), but the check is the text's */
+            }
+        }
+        *flags = f;
+        if (k != n && _PyBytes_Resize(&out, k) < 0) return NULL;
+        return out;
+    }
+    static inline void rl_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
+        PyObject** p = (PyObject**)((char*)o + off);
+        PyObject* old = *p;
+        Py_INCREF(v);
+        *p = v;
+        Py_XDECREF(old);
+    }
+    """
+    object rl_compact_json(const char* p, Py_ssize_t n, int* flags)
+    void rl_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) noexcept
+
+
+cdef object _compact_one(object e, object a, object py_compact):
+    """:func:`.pftrace_fused.compact_args` for one slice whose ``args`` ``a`` are not yet bytes, byte
+    for byte: a text with a line break is compacted (``py_compact``, msgspec's, where a ``\\u`` escape
+    may be a lone surrogate it cannot read); a non-empty object becomes ``bytes`` (``Raw`` when it holds
+    ``\\u`` escapes: the writer's care), anything else no args. Returns the new ``args``."""
+    cdef Py_buffer view
+    cdef object text
+    cdef int flags = 0
+    cdef bint escapes
+    PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+    try:
+        text = rl_compact_json(<const char*>view.buf, view.len, &flags)
+        escapes = flags & 2
+        if not flags & 1:  # no line break: as it is
+            text = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
+        elif escapes:
+            text = py_compact(PyBytes_FromStringAndSize(<const char*>view.buf, view.len))
+            escapes = _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+    finally:
+        PyBuffer_Release(&view)
+    if PyBytes_GET_SIZE(text) and PyBytes_AS_STRING(text)[0] == 123 and text != b"{}":
+        if escapes:
+            text = Raw(text)
+    else:
+        text = _UNSET
+    if type(e) is _EVENT and rl_slot(<PyObject*>e, O_ARGS) != NULL:
+        rl_set_slot(<PyObject*>e, O_ARGS, <PyObject*>text)  # Event is gc=False: a store, no tracking
+    else:
+        e.args = text
+    return text
 
 
 def split_lanes(list events):
     """:func:`.pftrace_fused.split_lanes` with the phase tests on one character."""
     cdef dict lanes = {}
     cdef list off = []
+    cdef set cold = set()
     cdef list slices = None
     cdef list rest = None
     cdef list lane
@@ -298,7 +356,9 @@ def split_lanes(list events):
             slices.append(e)
         else:
             rest.append(e)
-    return lanes, off
+            if c != u"s" and c != u"t" and c != u"f":
+                cold.add((pid, tid))
+    return lanes, off, cold
 
 
 ctypedef struct _Key:
@@ -369,19 +429,6 @@ cdef bint _sort_by_start(list events, bint longer_first) except -1:
         free(keys)
 
 
-cdef bint _starts_ascend(list events) except -1:
-    """Whether the starts never decrease (and are all numbers C compares as Python does)."""
-    cdef Py_ssize_t i
-    cdef double last = 0, t
-    for i in range(PyList_GET_SIZE(events)):
-        if not _as_double(_f(events[i], O_TS, "ts"), &t):
-            return False
-        if i and t < last:
-            return False
-        last = t
-    return True
-
-
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 
@@ -396,9 +443,11 @@ cdef list _merged_by_python(list slices, list rest):
 
 def order_thread(list slices, list rest, bint in_order):
     """:func:`.pftrace_fused.order_thread`: the same list, sorted and merged in C where every time is
-    a number C compares exactly as Python does (else by Python's sorts)."""
-    cdef Py_ssize_t ns, nr, i = 0, j = 0
-    cdef double a, b
+    a number C compares exactly as Python does (else by Python's sorts). Slices said to be in order are
+    checked as they are merged (one walk): a start C cannot compare, or one that goes back, and the
+    merged list is dropped for Python's."""
+    cdef Py_ssize_t ns, nr, i = 0, j = 0, k
+    cdef double a = 0, b = 0, last = 0
     cdef list seq
     if not in_order and not _sort_by_start(slices, True):
         slices.sort(key=_DUR, reverse=True)
@@ -406,75 +455,79 @@ def order_thread(list slices, list rest, bint in_order):
         return _merged_by_python(slices, rest) if rest else slices
     if not rest:
         return slices
-    if (in_order and not _starts_ascend(slices)) or not _sort_by_start(rest, False):
+    if not _sort_by_start(rest, False):
         return _merged_by_python(slices, rest)
-    # every start on both sides is now known to be a number C compares as Python does
+    # every start of ``rest`` is now known to be a number C compares as Python does; a slice's is
+    # checked when it is reached (sorted slices were all checked by _sort_by_start)
     ns, nr = PyList_GET_SIZE(slices), PyList_GET_SIZE(rest)
     seq = []
+    if ns:
+        if not _as_double(_f(slices[0], O_TS, "ts"), &a):
+            return _merged_by_python(slices, rest)
+        last = a
+    if nr:
+        _as_double(_f(rest[0], O_TS, "ts"), &b)
     while i < ns and j < nr:  # a merge of two sorted runs: slices first at equal times
-        _as_double(_f(slices[i], O_TS, "ts"), &a)
-        _as_double(_f(rest[j], O_TS, "ts"), &b)
         if b < a:
             seq.append(rest[j])
             j += 1
+            if j < nr:
+                _as_double(_f(rest[j], O_TS, "ts"), &b)
         else:
             seq.append(slices[i])
             i += 1
+            if i < ns:
+                if not _as_double(_f(slices[i], O_TS, "ts"), &a) or a < last:
+                    return _merged_by_python(slices, rest)
+                last = a
+    k = i + 1
+    while k < ns:  # the slices after the last flow event (slices[i] is checked): checked too
+        if not _as_double(_f(slices[k], O_TS, "ts"), &a) or a < last:
+            return _merged_by_python(slices, rest)
+        last = a
+        k += 1
     seq.extend(slices[i:])
     seq.extend(rest[j:])
     return seq
 
 
-def compact_args(list slices, py_compact):
-    """:func:`.pftrace_fused.compact_args`, byte for byte: a text with a line break is compacted
-    (``py_compact``, msgspec's, where a ``\\u`` escape may be a lone surrogate it cannot read); a
-    non-empty object becomes ``bytes`` (``Raw`` when it holds ``\\u`` escapes: the writer's care),
-    anything else no args."""
-    cdef object unset = _UNSET
-    cdef Py_buffer view
-    cdef object e, a, text
-    cdef const char* p
-    for e in slices:
-        a = _f(e, O_ARGS, "args")
-        if a is unset or type(a) is bytes:
-            continue
-        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
-        try:
-            p = <const char*>view.buf
-            if memchr(p, 10, view.len) == NULL:
-                text = PyBytes_FromStringAndSize(p, view.len)
-            elif _has_u_escape(p, view.len):
-                text = py_compact(PyBytes_FromStringAndSize(p, view.len))
-            else:
-                text = _compact(p, view.len)
-        finally:
-            PyBuffer_Release(&view)
-        if PyBytes_GET_SIZE(text) and PyBytes_AS_STRING(text)[0] == 123 and text != b"{}":
-            if _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)):
-                e.args = Raw(text)
-            else:
-                e.args = text
-        else:
-            e.args = unset
-
-
+@cython.no_gc  # bytes and numbers only, no cycle: not tracked (a tracked one made a gen-0 pass per 700)
+@cython.final
 cdef class Slice:
     """:class:`._pftrace_sink.OpenSlice` as a C struct: the same attributes, read and written by the
     writer's Python methods by name and by :func:`write_thread` directly. A writer whose threads are
-    written here makes all its stack entries of this type (``FusedWriter._slice_type``)."""
+    written here makes all its stack entries of this type (``FusedWriter._slice_type``).
 
-    cdef public object track, start_ns, end_ns, body, flows, end_flows
+    Its times are fixed when it is made; when both are floats (the fused fast path's) their doubles are
+    kept beside them (``exact``), so that :func:`write_thread` compares them in C, as Python would."""
+
+    cdef public object track, body, flows, end_flows
     cdef public bint is_b
+    cdef readonly object start_ns, end_ns
+    cdef double ds, de
+    cdef bint exact
 
     def __init__(self, track, start_ns, end_ns, body, is_b):
-        self.track, self.start_ns, self.end_ns, self.is_b = track, start_ns, end_ns, is_b
+        self.track, self.is_b = track, is_b
+        self.start_ns, self.end_ns = start_ns, end_ns
+        self.exact = type(start_ns) is float and type(end_ns) is float
+        if self.exact:
+            self.ds, self.de = PyFloat_AS_DOUBLE(start_ns), PyFloat_AS_DOUBLE(end_ns)
         self.body = body
         self.flows = b""
         self.end_flows = b""
 
 
-def write_thread(w, key, list seq, event_dict, decode_raw_args):
-    """:meth:`.pftrace_fused.FusedWriter._write_thread` for writer ``w`` (see there for what and why)."""
+cdef object _NO_CAT = object()  # the last flow's (cat, name): nothing equals it before the first
+
+
+def write_thread(w, key, list seq, event_dict, decode_raw_args, py_compact):
+    """:meth:`.pftrace_fused.FusedWriter._write_thread` for writer ``w`` (see there for what and why),
+    each slice's args compacted first as :func:`.pftrace_fused.compact_args` does (``py_compact``:
+    msgspec's, for a text with ``\\u`` escapes).
+
+    Times that are floats (the fused fast path's) are compared as doubles, which is what Python does
+    with them; any other time is compared by Python."""
     pid, tid = key
     th = w._threads.get((pid, tid)) or w._thread(pid, tid)
     cdef list stack = th.stack
@@ -490,32 +543,61 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
     cdef bytearray buf = w._buf
     cdef bytes end_body = _END + track
     cdef bytes begin_head = _BEGIN + track
-    cdef Py_ssize_t slices = 0
+    cdef Py_ssize_t slices = 0, flow_endpoints = 0
     cdef unsigned long long fid_u, ident_u
     cdef object unset = _UNSET
     cdef Slice top, entry, last
     cdef str ph
     cdef object e, ts, d, end, te, body, name, cat, ref, a, aref, ident, salt
     cdef object fid, enc, args, cref
-    cdef bint is_f
+    cdef object lcat = _NO_CAT, lname = _NO_CAT, lsalt = None
+    cdef bint is_f, tsf, endf, c
+    cdef double tsd = 0, endd = 0
     stats.events += len(seq)
     for e in seq:
         ph = _f(e, O_PH, "ph")
         ts = _f(e, O_TS, "ts")
+        tsf = type(ts) is float
+        if tsf:
+            tsd = PyFloat_AS_DOUBLE(ts)
         if ph == "X":
+            a = _f(e, O_ARGS, "args")
+            if a is not unset and type(a) is not bytes:
+                a = _compact_one(e, a, py_compact)
             d = _f(e, O_DUR, "dur")
-            end = ts + d if d > 0 else ts
+            if tsf and type(d) is float:
+                if PyFloat_AS_DOUBLE(d) > 0:
+                    endd = tsd + PyFloat_AS_DOUBLE(d)
+                    end = PyFloat_FromDouble(endd)
+                else:
+                    endd, end = tsd, ts
+                endf = True
+            else:
+                end = ts + d if d > 0 else ts
+                endf = tsf and type(end) is float
+                if endf:
+                    endd = PyFloat_AS_DOUBLE(end)
             if stack:
                 top = stack[-1]
-                if ts < top.start_ns or (
-                    ts == top.start_ns <= top.end_ns < end and top.body is not None and not top.is_b
-                ):  # not in the merge's order: the dict writer knows what to do
+                if endf and top.exact:  # (endf: ts is a float too)
+                    c = tsd < top.ds or (
+                        tsd == top.ds and top.ds <= top.de and top.de < endd and top.body is not None
+                        and not top.is_b
+                    )
+                else:
+                    c = ts < top.start_ns or (
+                        ts == top.start_ns <= top.end_ns < end and top.body is not None and not top.is_b
+                    )
+                if c:  # not in the merge's order: the dict writer knows what to do
                     w._begin(event_dict(e), ts, end, False)
                     continue
                 while stack:  # _settle: end what is over (a zero-length slice holds its ns)
                     top = stack[-1]
                     te = top.end_ns
-                    if not (te < ts or top.start_ns < te == ts):
+                    if tsf and top.exact:
+                        if not (top.de < tsd or (top.ds < top.de and top.de == tsd)):
+                            break
+                    elif not (te < ts or top.start_ns < te == ts):
                         break
                     stack.pop()
                     slices += 1
@@ -538,7 +620,8 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
                         else:
                             top.body = None
                             _write_event(buf, top.start_ns, seq_needs, begin_head, body, top.flows)
-                    if end > top.end_ns and not top.is_b:
+                    c = (endd > top.de) if (endf and top.exact) else (end > top.end_ns)
+                    if c and not top.is_b:
                         stats.drop("overlapping_slice")  # the JSON importer drops these too
                         continue
             name = _f(e, O_NAME, "name")
@@ -549,8 +632,7 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
             cref = None
             if cat is not unset and cat:
                 cref = cats.get(cat) or w._intern_cat(cat)
-            a = _f(e, O_ARGS, "args")
-            if a is not unset and type(a) is bytes:  # compacted by compact_args: a non-empty object
+            if a is not unset and type(a) is bytes:  # compacted above: a non-empty object
                 aref = arg_names.get("args") or w._intern(arg_names, "args", 3, 1)
                 ref = _slice_body(ref, cref, aref, a)
             else:
@@ -563,6 +645,9 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
             entry.track = track
             entry.start_ns = ts
             entry.end_ns = end
+            entry.exact = endf
+            entry.ds = tsd
+            entry.de = endd
             entry.is_b = False
             entry.body = ref
             entry.end_flows = b""
@@ -583,14 +668,19 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
         name = _f(e, O_NAME, "name")
         if name is unset:
             name = ""
-        salt = salts.get((cat, name))
+        if type(cat) is str and type(name) is str and cat == lcat and name == lname:
+            salt = lsalt  # a flow's salt depends on its (cat, name) only: the last one's, again
+        else:
+            salt = salts.get((cat, name))
+            if salt is not None and type(cat) is str and type(name) is str:
+                lcat, lname, lsalt = cat, name, salt
         if salt is None or type(ident) is not int or not 0 <= ident < _TWO63:
             fid = w._flow_id(cat or "", name or "", None if ident is unset else ident)
         else:
             ident_u = PyLong_AsUnsignedLongLongMask(ident)
             fid_u = ((ident_u * _GOLDEN) ^ PyLong_AsUnsignedLongLongMask(salt)) & _MASK63
             fid = fid_u if fid_u else 1
-        stats.flow_endpoints += 1
+        flow_endpoints += 1
         is_f = ph == "f"
         if is_f and _f(e, O_BP, "bp") != "e":
             waiting.append(fid)  # binds to the next slice that begins on this thread
@@ -598,7 +688,18 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
         enc = (_K_TERM if is_f else _K_FLOW) + _pack(PyLong_AsUnsignedLongLongMask(fid))
         if stack:
             last = stack[-1]
-            if last.start_ns <= ts:
+            if tsf and last.exact:
+                if last.ds <= tsd:
+                    if is_f and (last.body is None or last.ds < tsd):
+                        last.end_flows += enc
+                        continue
+                    if last.body is not None:
+                        last.flows += enc
+                        continue
+                elif is_f:
+                    stats.drop("flow_no_enclosing_slice")
+                    continue
+            elif last.start_ns <= ts:
                 if is_f and (last.body is None or last.start_ns < ts):
                     last.end_flows += enc
                     continue
@@ -615,6 +716,7 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args):
         w._event(ts, _INSTANT + track + w._common(event_dict(e)) + enc)
         stats.flow_instants += 1
     stats.slices += slices
+    stats.flow_endpoints += flow_endpoints
 
 
 def write_counters(w, list events, decode_raw_args):

@@ -19,7 +19,6 @@ relative to the writer's base (``base_ns`` 0 here): floats with integral values 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -51,14 +50,14 @@ class FusedWriter(PftraceWriter):
     """:class:`.pftrace.PftraceWriter` plus :meth:`write_events` for the merge's structs.
 
     Where ``_pftrace_native`` is built (and ``RL_TRACE_NATIVE`` allows), its compiled twins of
-    :func:`split_lanes`, :func:`compact_args`, :meth:`_write_thread` and the counter path write the
-    same bytes; chosen once per writer."""
+    :func:`split_lanes`, :func:`order_thread`, :meth:`_write_thread` (which compacts each slice's args
+    as :func:`compact_args` would, where it reaches the slice: one walk of the events fewer) and the
+    counter path write the same bytes; chosen once per writer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         twin = self._twin = twins.twin(NATIVE_TWIN)  # the compiled loops, or None
         self._split_lanes = split_lanes if twin is None else twin.split_lanes
-        self._compact_args = compact_args if twin is None else partial(twin.compact_args, py_compact=_compact)
         self._order_thread = order_thread if twin is None else twin.order_thread
         if twin is not None:
             self._slice_type = twin.Slice
@@ -78,21 +77,21 @@ class FusedWriter(PftraceWriter):
         if self._closed:
             raise ValueError("pftrace: write_events() after close()")
         twin = self._twin
-        lanes, off_thread = self._split_lanes(events)
+        lanes, off_thread, cold = self._split_lanes(events)
         # flows paired in the file's order (thread after thread), the order Perfetto reads their ids in
         fan = fan_ends((e for _, rest in lanes.values() for e in rest), fanned)
         ordered = in_order or {}
         for key, (slices, rest) in lanes.items():
-            if fan or any(e.ph not in _HOT for e in rest):  # the merge's order, then the dict writer
+            if fan or key in cold:  # the merge's order, then the dict writer
                 seq = slices + rest
                 seq.sort(key=_order)
                 self._write_generic(seq, fan)
                 continue
             seq = self._order_thread(slices, rest, ordered.get(key, False))
-            self._compact_args(slices)
             if twin is not None:
-                twin.write_thread(self, key, seq, event_dict, decode_raw_args)
+                twin.write_thread(self, key, seq, event_dict, decode_raw_args, _compact)
             else:
+                compact_args(slices)
                 self._write_thread(key, seq)
         if off_thread:
             off_thread.sort(key=_order)
@@ -318,12 +317,14 @@ def _order(e: Event) -> tuple[Any, ...]:
     return (e.ts, e.ph not in ("X", "B"), -dur)
 
 
-def split_lanes(events: list[Event]) -> tuple[Lanes, list[Event]]:
-    """Events per thread (slices apart from the rest, each in the given order), and those on tracks
-    of their own (counters, async slices, process and global instants)."""
+def split_lanes(events: list[Event]) -> tuple[Lanes, list[Event], set[tuple[Any, Any]]]:
+    """Events per thread (slices apart from the rest, each in the given order), those on tracks of
+    their own (counters, async slices, process and global instants), and the threads whose other
+    events are not all v1 flows (their loop is the dict writer's)."""
     lanes: Lanes = {}
     off: list[Event] = []
-    off_thread, unset = _OFF_THREAD, UNSET
+    cold: set[tuple[Any, Any]] = set()
+    off_thread, hot, unset = _OFF_THREAD, _HOT, UNSET
     last_pid: Any = unset
     last_tid: Any = unset
     slices: list[Event] = []
@@ -346,7 +347,9 @@ def split_lanes(events: list[Event]) -> tuple[Lanes, list[Event]]:
             slices.append(e)
         else:
             rest.append(e)
-    return lanes, off
+            if ph not in hot:
+                cold.add((pid, tid))
+    return lanes, off, cold
 
 
 def fan_ends(events: Iterable[Event], fanned: set[Any] | None) -> dict[int, tuple[str, int]]:
