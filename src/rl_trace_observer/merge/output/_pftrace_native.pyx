@@ -518,6 +518,13 @@ cdef class Slice:
         self.end_flows = b""
 
 
+cdef inline bint _starts_before(Slice s, object ts, bint tsf, double tsd, bint or_at) except -1:
+    """``s.start_ns <= ts`` (``or_at``) or ``<``: in C when both are floats, else by Python."""
+    if tsf and s.exact:
+        return s.ds <= tsd if or_at else s.ds < tsd
+    return (s.start_ns <= ts) if or_at else (s.start_ns < ts)
+
+
 cdef object _NO_CAT = object()  # the last flow's (cat, name): nothing equals it before the first
 
 
@@ -688,19 +695,8 @@ def write_thread(w, key, list seq, event_dict, decode_raw_args, py_compact):
         enc = (_K_TERM if is_f else _K_FLOW) + _pack(PyLong_AsUnsignedLongLongMask(fid))
         if stack:
             last = stack[-1]
-            if tsf and last.exact:
-                if last.ds <= tsd:
-                    if is_f and (last.body is None or last.ds < tsd):
-                        last.end_flows += enc
-                        continue
-                    if last.body is not None:
-                        last.flows += enc
-                        continue
-                elif is_f:
-                    stats.drop("flow_no_enclosing_slice")
-                    continue
-            elif last.start_ns <= ts:
-                if is_f and (last.body is None or last.start_ns < ts):
+            if _starts_before(last, ts, tsf, tsd, True):
+                if is_f and (last.body is None or _starts_before(last, ts, tsf, tsd, False)):
                     last.end_flows += enc
                     continue
                 if last.body is not None:
