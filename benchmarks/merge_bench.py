@@ -33,6 +33,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -238,6 +239,14 @@ def _build_twins(tree: Path, venv: Path) -> bool:
     return True
 
 
+def _ratio(rounds: list[dict[str, dict[str, Any]]], num: str, den: str, key: str) -> str:
+    """``num``'s ``key`` over ``den``'s, taken within each round (runs back to back): the median, and
+    the range when there are several rounds."""
+    values = [r[num][key] / r[den][key] for r in rounds]
+    spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
+    return f"{statistics.median(values):.2f}x{spread}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an existing run directory (else one is generated)")
@@ -256,7 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="GIT_REF",
         help="also merge each format with that commit's src/ (rows marked '@REF'), in the same run",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="merge every (format, tree) this many times, round after round; the table shows each "
+        "one's median run, and every ratio is taken within a round (runs back to back) then given as "
+        "the median and range over the rounds: a machine whose speed moves (a shared VM) moves both",
+    )
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     tmp = Path(tempfile.mkdtemp(prefix="merge-bench-"))
     try:
         run = generated_run(args.run, tmp, args.events)
@@ -265,18 +284,24 @@ def main(argv: list[str] | None = None) -> int:
             f"input: {run} ({nfiles} files, {disk / 1e6:.1f} MB on disk); {os.cpu_count()} CPUs; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
-        rows = []
         modes = [("", "1", "")] + ([(" py", "0", "")] if args.python else [])
         if args.against:
             modes.append((f" @{args.against}", "1", str(reference_src(args.against, tmp))))
-        for fmt in args.formats.split(","):
-            for mark, flag, src in modes:  # a commit's rows right after this tree's: the same load
-                out = tmp / f"merged.{fmt}"
-                env = {"RL_TRACE_NATIVE": flag, **({"PYTHONPATH": src} if src else {})}
-                r = _child(MERGE_CHILD, str(run), str(out), str(args.workers), env=env)
-                ev = r["counts"]["events_read"]
-                rows.append((fmt + mark, r, ev))
-                out.unlink(missing_ok=True)
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for _ in range(args.rounds):
+            runs: dict[str, dict[str, Any]] = {}
+            for fmt in args.formats.split(","):
+                for mark, flag, src in modes:  # a commit's rows right after this tree's: the same load
+                    out = tmp / f"merged.{fmt}"
+                    env = {"RL_TRACE_NATIVE": flag, **({"PYTHONPATH": src} if src else {})}
+                    runs[fmt + mark] = _child(MERGE_CHILD, str(run), str(out), str(args.workers), env=env)
+                    out.unlink(missing_ok=True)
+            rounds.append(runs)
+        rows = []
+        for name in rounds[0]:
+            runs_of = sorted((r[name] for r in rounds), key=lambda r: r["wall_s"])
+            median = runs_of[len(runs_of) // 2]
+            rows.append((name, median, median["counts"]["events_read"]))
         ev_total = rows[0][2]
         files = _baseline_files(run, args.baseline_events, rows[0][1]["counts"])
         base = _child(BASELINE_CHILD, json.dumps(files), str(tmp / "baseline.json"))
@@ -333,27 +358,32 @@ def main(argv: list[str] | None = None) -> int:
         built = ", ".join(k for k, v in built_twins.items() if v) or "none built"
         print(f"  compiled twins (rows without 'py'): {built}")
         by_fmt = {fmt: r for fmt, r, _ in rows}
+        if args.rounds > 1:
+            print(
+                f"  rounds: {args.rounds}; rows: each one's median run by wall; ratios: the median "
+                "(and range) of the rounds' own"
+            )
         if args.against:
             for fmt in args.formats.split(","):
-                ref, now = by_fmt[f"{fmt} @{args.against}"], by_fmt[fmt]
+                ref, now = f"{fmt} @{args.against}", fmt
                 print(
-                    f"  {fmt}: this tree vs {args.against}: {ref['wall_s'] / now['wall_s']:.2f}x events/s "
-                    f"(wall), {ref['cpu_s'] / now['cpu_s']:.2f}x events per CPU s; twins there: "
-                    + (", ".join(k for k, v in (ref.get("native") or {}).items() if v) or "none")
+                    f"  {fmt}: this tree vs {args.against}: {_ratio(rounds, ref, now, 'wall_s')} events/s "
+                    f"(wall), {_ratio(rounds, ref, now, 'cpu_s')} events per CPU s; twins there: "
+                    + (", ".join(k for k, v in (by_fmt[ref].get("native") or {}).items() if v) or "none")
                 )
         for mark in [m for m, _, _ in modes]:
-            a, b = by_fmt.get("pftrace.gz" + mark), by_fmt.get("json.gz" + mark)
-            if a and b:
+            a, b = "pftrace.gz" + mark, "json.gz" + mark
+            if a in by_fmt and b in by_fmt:
                 print(
-                    f"  .pftrace.gz / .json.gz{mark}: {a['wall_s'] / b['wall_s']:.2f}x wall, "
-                    f"{a['cpu_s'] / b['cpu_s']:.2f}x CPU"
+                    f"  .pftrace.gz / .json.gz{mark}: {_ratio(rounds, a, b, 'wall_s')} wall, "
+                    f"{_ratio(rounds, a, b, 'cpu_s')} CPU"
                 )
         for fmt in [f for f in by_fmt if not f.endswith(" py")]:
             if fmt + " py" in by_fmt:
-                py, nat = by_fmt[fmt + " py"], by_fmt[fmt]
+                py = fmt + " py"
                 print(
-                    f"  {fmt}: twins vs Python {py['cpu_s'] / nat['cpu_s']:.2f}x less CPU, "
-                    f"{py['wall_s'] / nat['wall_s']:.2f}x less wall"
+                    f"  {fmt}: twins vs Python {_ratio(rounds, py, fmt, 'cpu_s')} less CPU, "
+                    f"{_ratio(rounds, py, fmt, 'wall_s')} less wall"
                 )
         sizes = {fmt: r["size"] for fmt, r, _ in rows}
         for fmt in ("pftrace", "pftrace.gz", "json"):
