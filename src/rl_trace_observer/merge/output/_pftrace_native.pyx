@@ -231,57 +231,38 @@ cdef bytes _slice_body(bytes nref, object cref, object aref, object a):
 
 
 # JSON text without whitespace outside strings: what ``msgspec.json.format(indent=-1)`` makes of valid
-# JSON (tests/test_native_twins.py holds the two equal), in one walk that also tells whether the text
-# has a line break outside its strings (bit 1: else it is written as it is) and a ``\\u`` (bit 2: its
-# escapes may need the writer's care). Whitespace outside strings is skipped without a branch; a
-# backslash in a string takes the byte after it along (an escaped quote does not end the string).
+# JSON (tests/test_native_twins.py holds the two equal). Whitespace outside strings is skipped without a
+# branch; a backslash in a string takes the byte after it along (an escaped quote does not end the
+# string); the result is shrunk in place.
 cdef extern from *:
     """
     static const unsigned char rl_json_keep[256] = {
         [0 ... 255] = 1, [32] = 0, [9] = 0, [10] = 0, [13] = 0};  /* ' ' \\t \\n \\r go */
-    static PyObject* rl_compact_json(const char* p, Py_ssize_t n, int* flags) {
+    static PyObject* rl_compact_json(const char* p, Py_ssize_t n) {
         PyObject* out = PyBytes_FromStringAndSize(NULL, n);
         if (out == NULL) return NULL;
         char* q = PyBytes_AS_STRING(out);
         const unsigned char* s = (const unsigned char*)p;
         const unsigned char* end = s + n;
         Py_ssize_t k = 0;
-        int f = 0;
         while (s < end) {
             unsigned char c = *s++;
             q[k] = (char)c;
             k += rl_json_keep[c];
-            if (c == 10) {
-                f |= 1;
-            } else if (c == 34) {  /* a string, through its closing quote */
+            if (c == 34) {  /* a string, through its closing quote */
                 while (s < end) {
                     c = *s++;
                     q[k++] = (char)c;
                     if (c == 34) break;
-                    if (c == 92 && s < end) {  /* a backslash and the byte it escapes */
-                        c = *s++;
-                        q[k++] = (char)c;
-                        if (c == 117 || (c == 92 && s < end && *s == 117)) f |= 2;  /* \\u, \\\\u */
-                    }
+                    if (c == 92 && s < end) q[k++] = (char)*s++;  /* a backslash and the byte it escapes */
                 }
-            } else if (c == 92 && s < end && *s == 117) {
-                f |= 2;  /* not JSON (a backslash outside a string), but the check is the text's */
             }
         }
-        *flags = f;
         if (k != n && _PyBytes_Resize(&out, k) < 0) return NULL;
         return out;
     }
-    static inline void rl_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
-        PyObject** p = (PyObject**)((char*)o + off);
-        PyObject* old = *p;
-        Py_INCREF(v);
-        *p = v;
-        Py_XDECREF(old);
-    }
     """
-    object rl_compact_json(const char* p, Py_ssize_t n, int* flags)
-    void rl_set_slot(PyObject* o, Py_ssize_t off, PyObject* v) noexcept
+    object rl_compact_json(const char* p, Py_ssize_t n)
 
 
 cdef object _compact_one(object e, object a, object py_compact):
@@ -291,17 +272,19 @@ cdef object _compact_one(object e, object a, object py_compact):
     ``\\u`` escapes: the writer's care), anything else no args. Returns the new ``args``."""
     cdef Py_buffer view
     cdef object text
-    cdef int flags = 0
+    cdef const char* p
     cdef bint escapes
     PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
     try:
-        text = rl_compact_json(<const char*>view.buf, view.len, &flags)
-        escapes = flags & 2
-        if not flags & 1:  # no line break: as it is
-            text = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
+        p = <const char*>view.buf
+        escapes = _has_u_escape(p, view.len)
+        if memchr(p, 10, view.len) == NULL:  # no line break: as it is
+            text = PyBytes_FromStringAndSize(p, view.len)
         elif escapes:
-            text = py_compact(PyBytes_FromStringAndSize(<const char*>view.buf, view.len))
+            text = py_compact(PyBytes_FromStringAndSize(p, view.len))
             escapes = _has_u_escape(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+        else:
+            text = rl_compact_json(p, view.len)  # only whitespace outside strings goes: still no \\u
     finally:
         PyBuffer_Release(&view)
     if PyBytes_GET_SIZE(text) and PyBytes_AS_STRING(text)[0] == 123 and text != b"{}":
@@ -309,10 +292,7 @@ cdef object _compact_one(object e, object a, object py_compact):
             text = Raw(text)
     else:
         text = _UNSET
-    if type(e) is _EVENT and rl_slot(<PyObject*>e, O_ARGS) != NULL:
-        rl_set_slot(<PyObject*>e, O_ARGS, <PyObject*>text)  # Event is gc=False: a store, no tracking
-    else:
-        e.args = text
+    e.args = text
     return text
 
 
